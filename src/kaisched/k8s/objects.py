@@ -1,0 +1,308 @@
+"""Typed, validated Kubernetes and KAI objects.
+
+Everything here is produced by :mod:`kaisched.k8s.parse` from plain dicts. Quantities are already
+converted to canonical units: CPU in millicores, memory and storage in bytes, everything else (GPUs,
+pods, extended resources) in plain counts. Queue resources keep the CRD units (CPU millicores, memory
+in megabytes = 10**6 bytes, GPU devices), exactly as the user wrote them; the model converts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+# resource name -> amount in canonical units (cpu: millicores, memory: bytes, others: counts)
+ResourceList = Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerReference:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    name: str
+    namespace: str = ""  # "" for cluster-scoped objects
+    uid: str = ""  # defaulted by the parser to "<namespace>/<name>" when missing
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    owner_references: tuple[OwnerReference, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = ""  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # "" matches all effects
+    toleration_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()  # only metadata.name is meaningful
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredSchedulingTerm:
+    weight: int
+    preference: NodeSelectorTerm
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAffinity:
+    # None: no required terms; otherwise the node must match at least one term (ORed)
+    required: tuple[NodeSelectorTerm, ...] | None = None
+    preferred: tuple[PreferredSchedulingTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    topology_key: str
+    label_selector: LabelSelector | None = None  # None selects nothing
+    namespaces: tuple[str, ...] = ()  # empty + no namespace_selector: the pod's own namespace
+    namespace_selector: LabelSelector | None = None  # {} (empty selector) = all namespaces
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPodAffinityTerm:
+    weight: int
+    term: PodAffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """Used for both podAffinity and podAntiAffinity."""
+
+    required: tuple[PodAffinityTerm, ...] = ()
+    preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Affinity:
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPort:
+    container_port: int
+    host_port: int = 0  # 0: no host port
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    name: str
+    requests: ResourceList = field(default_factory=dict)
+    limits: ResourceList = field(default_factory=dict)
+    ports: tuple[ContainerPort, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodCondition:
+    type: str
+    status: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    meta: ObjectMeta
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
+    overhead: ResourceList = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Affinity | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    priority_class_name: str = ""
+    priority: int | None = None  # spec.priority
+    scheduling_gates: tuple[str, ...] = ()
+    nominated_node_name: str = ""
+    conditions: tuple[PodCondition, ...] = ()
+
+    @property
+    def requests(self) -> dict[str, float]:
+        """Effective request: max(sum of containers, each init container) + overhead.
+
+        For every resource, a container without a request but with a limit requests its limit
+        (Kubernetes defaulting).
+        """
+        total: dict[str, float] = {}
+        for c in self.containers:
+            for name, value in _effective(c).items():
+                total[name] = total.get(name, 0.0) + value
+        for c in self.init_containers:
+            for name, value in _effective(c).items():
+                if value > total.get(name, 0.0):
+                    total[name] = value
+        for name, value in self.overhead.items():
+            total[name] = total.get(name, 0.0) + value
+        return total
+
+    @property
+    def host_ports(self) -> tuple[ContainerPort, ...]:
+        return tuple(p for c in self.containers for p in c.ports if p.host_port)
+
+
+def _effective(c: Container) -> dict[str, float]:
+    out = dict(c.limits)
+    out.update(c.requests)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCondition:
+    type: str  # Ready | MemoryPressure | DiskPressure | PIDPressure | NetworkUnavailable | ...
+    status: str  # True | False | Unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    meta: ObjectMeta
+    allocatable: ResourceList = field(default_factory=dict)
+    capacity: ResourceList = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    conditions: tuple[NodeCondition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueResource:
+    """One resource of a Queue in CRD units (GPU devices, CPU millicores, memory MB = 10**6 bytes).
+
+    Omitted fields are 0, as in KAI (the CRD serializes them without omitempty); -1 = unlimited.
+    """
+
+    quota: float = 0.0
+    over_quota_weight: float = 0.0
+    limit: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueResources:
+    gpu: QueueResource = field(default_factory=QueueResource)
+    cpu: QueueResource = field(default_factory=QueueResource)
+    memory: QueueResource = field(default_factory=QueueResource)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    meta: ObjectMeta
+    resources: QueueResources = field(default_factory=QueueResources)
+    parent_queue: str = ""
+    priority: int = 100
+    display_name: str = ""
+    preempt_min_runtime: timedelta | None = None
+    reclaim_min_runtime: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    topology: str = ""
+    required_level: str = ""
+    preferred_level: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroup:
+    name: str
+    min_member: int = 1
+    parent: str | None = None
+    topology_constraint: TopologyConstraint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    meta: ObjectMeta
+    queue: str = ""
+    min_member: int = 1
+    priority_class_name: str = ""
+    preemptibility: str = ""  # "" | preemptible | non-preemptible
+    sub_groups: tuple[SubGroup, ...] = ()
+    topology_constraint: TopologyConstraint | None = None
+    mark_unschedulable: bool = True
+    scheduling_backoff: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    meta: ObjectMeta
+    value: int
+    global_default: bool = False
+    preemption_policy: str = "PreemptLowerPriority"
+
+
+KubeObject = Node | Pod | Queue | PodGroup | PriorityClass
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectError:
+    """A validation problem in one input object.
+
+    ``object`` is ``"<Kind> <namespace>/<name>"`` (``"<Kind> <name>"`` for cluster-scoped kinds),
+    ``field`` the JSON path inside the object (``spec.resources.gpu.quota``).
+    """
+
+    object: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.object}: {self.field}: {self.message}" if self.field else f"{self.object}: {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"object": self.object, "field": self.field, "message": self.message}
+
+
+@dataclass(slots=True)
+class ParsedObjects:
+    """The result of parsing: valid objects by kind (input order) plus every error found."""
+
+    nodes: list[Node] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    queues: list[Queue] = field(default_factory=list)
+    pod_groups: list[PodGroup] = field(default_factory=list)
+    priority_classes: list[PriorityClass] = field(default_factory=list)
+    errors: list[ObjectError] = field(default_factory=list)
