@@ -1,0 +1,30 @@
+"""kaisched: a KAI-compatible GPU cluster scheduler.
+
+The shortest useful example::
+
+    import kaisched
+    result = kaisched.schedule(kaisched.load_documents(["cluster.yaml"])[0])
+    print(result.to_dict()["binds"])
+"""
+
+from kaisched.actions.registry import ACTIONS as _ACTIONS
+from kaisched.cluster.schedule import schedule
+from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams
+from kaisched.framework.result import CycleResult
+from kaisched.k8s.loader import load_documents, load_objects
+from kaisched.k8s.objects import ObjectError, ParsedObjects
+
+ACTIONS: tuple[str, ...] = tuple(_ACTIONS)
+
+__all__ = [
+    "ACTIONS",
+    "ConfigError",
+    "CycleResult",
+    "ObjectError",
+    "ParsedObjects",
+    "SchedulerConfig",
+    "SchedulerParams",
+    "load_documents",
+    "load_objects",
+    "schedule",
+]

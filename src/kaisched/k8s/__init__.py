@@ -1,0 +1,86 @@
+"""Kubernetes and KAI objects: parsing, validation, quantities and constants.
+
+The edge of kaisched: plain dicts (YAML/JSON files, API responses) become the typed, frozen objects of
+:mod:`kaisched.k8s.objects`; problems become :class:`ObjectError` values.
+"""
+
+from __future__ import annotations
+
+from kaisched.k8s.loader import load_documents, load_objects
+from kaisched.k8s.objects import (
+    Affinity,
+    Container,
+    ContainerPort,
+    KubeObject,
+    LabelSelector,
+    LabelSelectorRequirement,
+    Node,
+    NodeAffinity,
+    NodeCondition,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    ObjectError,
+    ObjectMeta,
+    OwnerReference,
+    ParsedObjects,
+    Pod,
+    PodAffinity,
+    PodAffinityTerm,
+    PodCondition,
+    PodGroup,
+    PreferredSchedulingTerm,
+    PriorityClass,
+    Queue,
+    QueueResource,
+    QueueResources,
+    ResourceList,
+    SubGroup,
+    Taint,
+    Toleration,
+    TopologyConstraint,
+    WeightedPodAffinityTerm,
+)
+from kaisched.k8s.parse import parse_objects
+from kaisched.k8s.quantity import QuantityError, cpu_millis, parse_duration, parse_quantity, to_canonical
+
+__all__ = [
+    "Affinity",
+    "Container",
+    "ContainerPort",
+    "KubeObject",
+    "LabelSelector",
+    "LabelSelectorRequirement",
+    "Node",
+    "NodeAffinity",
+    "NodeCondition",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "ObjectError",
+    "ObjectMeta",
+    "OwnerReference",
+    "ParsedObjects",
+    "Pod",
+    "PodAffinity",
+    "PodAffinityTerm",
+    "PodCondition",
+    "PodGroup",
+    "PreferredSchedulingTerm",
+    "PriorityClass",
+    "QuantityError",
+    "Queue",
+    "QueueResource",
+    "QueueResources",
+    "ResourceList",
+    "SubGroup",
+    "Taint",
+    "Toleration",
+    "TopologyConstraint",
+    "WeightedPodAffinityTerm",
+    "cpu_millis",
+    "load_documents",
+    "load_objects",
+    "parse_duration",
+    "parse_objects",
+    "parse_quantity",
+    "to_canonical",
+]

@@ -1,0 +1,47 @@
+"""The allocate action (spec 4.7): place pending jobs in queue/job order, gang by gang."""
+
+from __future__ import annotations
+
+from kaisched.actions.base import Action
+from kaisched.actions.job_queue import JobsQueue
+from kaisched.actions.placement import allocate_job
+from kaisched.framework.session import Session
+from kaisched.framework.statement import Statement
+from kaisched.model.job import PodGroupInfo
+
+
+def pending_jobs(ssn: Session) -> list[PodGroupInfo]:
+    """Jobs that are ready, have a pending task and sit in an existing leaf queue."""
+    out = []
+    for job in ssn.jobs.values():
+        if job.blocked is not None or job.queue not in ssn.queues.queues:
+            continue
+        if not job.has_pending() or not job.is_ready():
+            continue
+        out.append(job)
+    return out
+
+
+class AllocateAction(Action):
+    name = "allocate"
+
+    def execute(self, ssn: Session) -> None:
+        depth = ssn.config.queue_depth_per_action.get(self.name)
+        queue = JobsQueue(ssn, pending_jobs(ssn), depth)
+        while True:
+            job = queue.pop()
+            if job is None:
+                break
+            stmt = Statement(ssn)
+            had_allocated = job.has_allocated()
+            if allocate_job(ssn, job, stmt):
+                pipelined = job.should_pipeline()
+                if pipelined:
+                    stmt.convert_allocated_to_pipelined(job.key)
+                stmt.commit()
+                if not pipelined and not had_allocated:
+                    ssn.record_job_started(job)
+                if job.has_pending():
+                    queue.push(job)
+            else:
+                stmt.discard()

@@ -1,0 +1,126 @@
+"""Placing a job's tasks on nodes: KAI's AllocateJob (spec 4.8), shared by all actions.
+
+For one task, every node is checked at once: predicates give per-node reason codes, the resource fit
+is a vectorised comparison against idle (+ releasing) resources, the plugins' scores are summed over
+the fitting nodes and the best one wins (ties: smaller node name, i.e. smaller index).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+from kaisched.framework.plugin import NodeCandidates
+from kaisched.framework.session import Session
+from kaisched.framework.statement import Statement
+from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.task import TaskInfo
+
+NO_NODES = "no nodes with enough resources were found"
+
+
+def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
+    """KAI's per-task fit error: base text, then the sorted histogram of per-node reasons."""
+    nodes = ssn.nodes
+    n = len(nodes)
+    if n == 0:
+        return f"{NO_NODES}: 0 nodes in the cluster."
+    reasons: Counter[str] = Counter()
+    if codes is not None:
+        for code, count in zip(*np.unique(codes[codes > 0], return_counts=True), strict=True):
+            reasons[ssn.reason_text(int(code))] += int(count)
+        open_nodes = codes == 0
+    else:
+        open_nodes = np.ones(n, dtype=np.bool_)
+    if open_nodes.any():
+        lacking = nodes.insufficient(task.req, with_releasing=True)
+        names = [ssn.snapshot.resources.describe(r) for r, _ in lacking]
+        if lacking:
+            stack = np.stack([mask[open_nodes] for _, mask in lacking])
+            combos: Counter[tuple[int, ...]] = Counter()
+            for col in stack.T[stack.any(axis=0)]:
+                combos[tuple(np.flatnonzero(col))] += 1
+            for combo, count in combos.items():
+                what = ", ".join(names[i] for i in combo)
+                reasons[f"node(s) didn't have enough resources: {what}"] += count
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    return f"{NO_NODES}: " + ". \n".join(parts) + "."
+
+
+def place_task(ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool) -> str | None:
+    """Place one task; returns None on success or the fit-error text."""
+    for pre in ssn.pre_predicates:
+        err = pre(task)
+        if err is not None:
+            return err.message
+    codes = None
+    for predicate in ssn.predicates:
+        c = predicate(task)
+        if c is None:
+            continue
+        codes = c.copy() if codes is None else np.where(codes == 0, c, codes)
+    nodes = ssn.nodes
+    fit = nodes.fits(task.req, with_releasing=True)
+    if codes is not None:
+        fit &= codes == 0
+    indices = np.flatnonzero(fit)
+    if len(indices) == 0:
+        return fit_error_histogram(ssn, task, codes)
+    if pipeline_only:
+        fits_idle = np.zeros(len(indices), dtype=np.bool_)
+    else:
+        fits_idle = nodes.fits(task.req, with_releasing=False)[indices]
+    cands = NodeCandidates(indices, fits_idle)
+    if len(indices) == 1:
+        best = 0
+    else:
+        scores = np.zeros(len(indices))
+        for scorer in ssn.node_scorers:
+            scores += scorer(task, cands)
+        best = int(np.argmax(scores))  # first maximum: the smallest node name among ties
+    node = int(indices[best])
+    if fits_idle[best]:
+        stmt.allocate(task, node)
+    else:
+        stmt.pipeline(task, node)
+    return None
+
+
+def gang_message(job: PodGroupInfo, task: TaskInfo, placed: int, detail: str) -> str:
+    ps = job.pod_sets[task.pod_set]
+    already = ps.active_allocated
+    if already >= ps.min_available or (len(job.pod_sets) == 1 and ps.min_available <= 1):
+        return f"Resources were not found for pod {task.key} due to: {detail}"
+    if len(job.pod_sets) == 1:
+        return (f"Resources were found for {already} pods while {ps.min_available} are required for gang "
+                f"scheduling. Additional pods cannot be scheduled due to: {detail}")
+    return (f"Resources were found for {already} pods from all sub-groups while sub-group {ps.name} requires "
+            f"{ps.min_available} pods for gang scheduling. Additional pods cannot be scheduled in this sub-group "
+            f"due to: {detail}")
+
+
+def allocate_job(ssn: Session, job: PodGroupInfo, stmt: Statement, *, pipeline_only: bool = False) -> bool:
+    """Try to place the job's next tasks (the unsatisfied gang, or one elastic pod) within ``stmt``.
+
+    On failure the job's fit error is recorded and the statement is rolled back to where it was.
+    """
+    tasks = ssn.tasks_to_allocate(job)
+    if not tasks:
+        return False
+    if ssn.job_capacity_check is not None:
+        err = ssn.job_capacity_check(job, tasks)
+        if err is not None:
+            job.fit_errors = [err]
+            return False
+    checkpoint = stmt.checkpoint()
+    for i, task in enumerate(tasks):
+        detail = place_task(ssn, task, stmt, pipeline_only=pipeline_only)
+        if detail is not None:
+            message = gang_message(job, task, i, detail)
+            stmt.rollback(checkpoint)
+            job.fit_errors = [FitError("PodSchedulingErrors", message)]
+            return False
+    job.fit_errors = []
+    return True

@@ -1,0 +1,57 @@
+"""One scheduling cycle over a set of Kubernetes objects: the engine behind ``kaisched.schedule``
+and ``kaisched schedule``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kaisched.actions.registry import build_actions, validate_actions
+from kaisched.framework.config import SchedulerConfig
+from kaisched.framework.result import CycleResult
+from kaisched.framework.session import Session
+from kaisched.k8s.objects import ParsedObjects
+from kaisched.k8s.parse import parse_objects
+from kaisched.model.snapshot import SnapshotOptions, build_snapshot
+from kaisched.plugins.registry import build_plugins, validate_plugins
+
+
+def resolve_config(config: SchedulerConfig | Mapping[str, Any] | None) -> SchedulerConfig:
+    """Accept a SchedulerConfig, a KAI-format mapping or None (KAI's defaults); validate names."""
+    cfg = config if isinstance(config, SchedulerConfig) else SchedulerConfig.from_mapping(config)
+    validate_actions(cfg)
+    validate_plugins(cfg)
+    return cfg
+
+
+def run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
+    snapshot = build_snapshot(
+        parsed,
+        now,
+        SnapshotOptions(full_hierarchy_fairness=config.params.full_hierarchy_fairness,
+                        scheduler_name=config.params.scheduler_name),
+    )
+    ssn = Session(snapshot, config, build_plugins(config.plugins))
+    ssn.open()
+    for action in build_actions(config):
+        action.execute(ssn)
+    return ssn.close()
+
+
+def schedule(
+    objects: Iterable[Mapping[str, Any]],
+    config: SchedulerConfig | Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> CycleResult:
+    """Run exactly one scheduling cycle of the configured actions on the given objects.
+
+    ``objects`` are Kubernetes objects as dicts (Node, Pod, Queue, PodGroup, PriorityClass, or
+    ``kind: List``); they are never mutated. Invalid objects are reported in ``result.errors`` and the
+    rest of the cluster is still scheduled. An unusable ``config`` raises :class:`ConfigError`.
+    """
+    cfg = resolve_config(config)
+    when = now or datetime.now(UTC)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return run_cycle(parse_objects(objects), cfg, when)

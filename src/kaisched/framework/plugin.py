@@ -1,0 +1,71 @@
+"""Plugin base class and the hook signatures plugins register (spec 4.1).
+
+KAI combines comparators "first non-zero decides"; kaisched registers **order keys** instead: each
+plugin gives a key function and the session orders by the tuple of all keys in registration order,
+followed by KAI's fallback (creation time, then uid). That is the same order, computed with one sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from kaisched.framework.result import QueueStatus
+from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.resources import Vector
+from kaisched.model.task import TaskInfo
+
+if TYPE_CHECKING:
+    from kaisched.framework.session import Session
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(slots=True)
+class NodeCandidates:
+    """Nodes that passed predicates and resource fit for one task (indices into the NodeTable)."""
+
+    indices: IntArray
+    fits_idle: BoolArray  # aligned with indices: fits without waiting for releasing resources
+
+
+JobKey = Callable[[PodGroupInfo], object]
+TaskKey = Callable[[TaskInfo], object]
+# returns per-node reason codes over ALL nodes (0 = passes), or None when every node passes
+Predicate = Callable[[TaskInfo], "npt.NDArray[np.int32] | None"]
+PrePredicate = Callable[[TaskInfo], "FitError | None"]
+NodeScorer = Callable[[TaskInfo, NodeCandidates], Vector]
+JobCapacityCheck = Callable[[PodGroupInfo, list[TaskInfo]], "FitError | None"]
+TaskHandler = Callable[[TaskInfo], None]
+
+
+class QueueOrder(Protocol):
+    """Which queue's job goes next (proportion's QueueOrderFn, spec 5.4)."""
+
+    def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]: ...
+
+    def tie_break(self, a: str, b: str) -> int: ...
+
+
+class QueueReporter(Protocol):
+    def report(self) -> list[QueueStatus]: ...
+
+
+class Plugin:
+    """Base class: plugins are created fresh for every session."""
+
+    name = ""
+
+    def __init__(self, arguments: Mapping[str, str]) -> None:
+        self.arguments = dict(arguments)
+
+    def on_session_open(self, ssn: Session) -> None:
+        """Register hooks and compute per-session state."""
+
+    def on_session_close(self, ssn: Session) -> None:
+        """Release per-session state."""

@@ -1,0 +1,225 @@
+"""One scheduling session (cycle): the snapshot, the plugins' hooks and the cycle's decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from kaisched.framework.config import SchedulerConfig
+from kaisched.framework.plugin import (
+    JobCapacityCheck,
+    JobKey,
+    NodeScorer,
+    Plugin,
+    Predicate,
+    PrePredicate,
+    QueueOrder,
+    QueueReporter,
+    TaskHandler,
+    TaskKey,
+)
+from kaisched.framework.result import CycleResult, Eviction, Placement, PodGroupStatus
+from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
+from kaisched.model.snapshot import Snapshot
+from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
+from kaisched.model.task import TaskInfo
+
+PodSetKey = Callable[[PodSetInfo], object]
+
+
+def rfc3339(ts: datetime | None) -> str | None:
+    if ts is None:
+        return None
+    return ts.isoformat().replace("+00:00", "Z")
+
+
+class Session:
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig, plugins: list[Plugin]) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.params = config.params
+        self.now = snapshot.now
+        self.nodes = snapshot.nodes
+        self.jobs = snapshot.jobs
+        self.queues = snapshot.queues
+        self.plugins = plugins
+        # ---- hooks (registered by plugins in on_session_open) ----
+        self.job_order_keys: list[JobKey] = []
+        self.task_order_keys: list[TaskKey] = []
+        self.pod_set_order_keys: list[PodSetKey] = []
+        self.predicates: list[Predicate] = []
+        self.pre_predicates: list[PrePredicate] = []
+        self.node_scorers: list[NodeScorer] = []
+        self.allocate_handlers: list[TaskHandler] = []
+        self.deallocate_handlers: list[TaskHandler] = []
+        self.queue_order: QueueOrder | None = None
+        self.queue_reporter: QueueReporter | None = None
+        self.job_capacity_check: JobCapacityCheck | None = None
+        # predicate reason texts: code -> text (code 0 = passes)
+        self._reasons: list[str] = [""]
+        self._reason_codes: dict[str, int] = {}
+        # ---- decisions ----
+        self.binds: list[TaskInfo] = []
+        self.pipelined: list[TaskInfo] = []
+        self.evictions: list[Eviction] = []
+        self.started_jobs: set[str] = set()
+
+    # ---- registration helpers ----------------------------------------------------------------------
+    def reason_code(self, text: str) -> int:
+        code = self._reason_codes.get(text)
+        if code is None:
+            code = len(self._reasons)
+            self._reasons.append(text)
+            self._reason_codes[text] = code
+        return code
+
+    def reason_text(self, code: int) -> str:
+        return self._reasons[code]
+
+    def set_queue_order(self, order: QueueOrder) -> None:
+        if self.queue_order is None:  # first registered wins
+            self.queue_order = order
+
+    def set_job_capacity_check(self, fn: JobCapacityCheck) -> None:
+        if self.job_capacity_check is None:
+            self.job_capacity_check = fn
+
+    def set_queue_reporter(self, reporter: QueueReporter) -> None:
+        if self.queue_reporter is None:
+            self.queue_reporter = reporter
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+    def open(self) -> None:
+        for plugin in self.plugins:
+            plugin.on_session_open(self)
+
+    def close(self) -> CycleResult:
+        for plugin in self.plugins:
+            plugin.on_session_close(self)
+        return self._result()
+
+    # ---- ordering -----------------------------------------------------------------------------------
+    def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
+        return (*(fn(job) for fn in self.job_order_keys), job.creation, job.uid)
+
+    def task_order_key(self, task: TaskInfo) -> tuple[object, ...]:
+        return (*(fn(task) for fn in self.task_order_keys), task.creation, task.uid)
+
+    def pod_set_order(self, job: PodGroupInfo) -> list[PodSetInfo]:
+        return sorted(job.pod_sets.values(), key=lambda ps: (*(fn(ps) for fn in self.pod_set_order_keys),
+                                                             ps.name))
+
+    def tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
+        """Spec 4.4: the whole unsatisfied gang at once, or one more pod of an elastic job."""
+        ordered = self.pod_set_order(job)
+        unsatisfied = sum(1 for ps in ordered if ps.active_allocated < ps.min_available)
+        limit = max(unsatisfied, 1)
+        out: list[TaskInfo] = []
+        taken = 0
+        for ps in ordered:
+            if taken >= limit:
+                break
+            pending = [t for t in ps.tasks if t.status is TaskStatus.PENDING]
+            if not pending:
+                continue
+            pending.sort(key=self.task_order_key)
+            a = ps.active_allocated
+            n = ps.min_available - a if a < ps.min_available else 1
+            out.extend(pending[:n])
+            taken += 1
+        return out
+
+    # ---- events ---------------------------------------------------------------------------------------
+    def fire_allocate(self, task: TaskInfo) -> None:
+        for fn in self.allocate_handlers:
+            fn(task)
+
+    def fire_deallocate(self, task: TaskInfo) -> None:
+        for fn in self.deallocate_handlers:
+            fn(task)
+
+    # ---- decisions ------------------------------------------------------------------------------------
+    def record_bind(self, task: TaskInfo) -> None:
+        self.binds.append(task)
+
+    def record_pipeline(self, task: TaskInfo) -> None:
+        self.pipelined.append(task)
+
+    def record_eviction(self, task: TaskInfo, action: str, preemptor: str, message: str) -> None:
+        self.evictions.append(Eviction(task.key, action, preemptor, message))
+
+    def record_job_started(self, job: PodGroupInfo) -> None:
+        job.last_start = self.now
+        self.started_jobs.add(job.key)
+
+    # ---- result ---------------------------------------------------------------------------------------
+    def _result(self) -> CycleResult:
+        names = self.nodes.names
+        result = CycleResult(errors=list(self.snapshot.errors))
+        bound_jobs: set[str] = set()
+        pipelined_jobs: set[str] = set()
+        for t in self.binds:
+            if t.status is TaskStatus.BINDING:
+                result.binds.append(Placement(t.key, names[t.node]))
+                if t.job is not None:
+                    bound_jobs.add(t.job.key)
+        for t in self.pipelined:
+            if t.status is TaskStatus.PIPELINED:
+                result.pipelined.append(Placement(t.key, names[t.node]))
+                if t.job is not None:
+                    pipelined_jobs.add(t.job.key)
+        result.evictions = list(self.evictions)
+        for job in self.jobs.values():
+            status = self._pod_group_status(job, bound_jobs, pipelined_jobs)
+            if status is not None:
+                result.pod_groups.append(status)
+        if self.queue_reporter is not None:
+            result.queues = self.queue_reporter.report()
+        return result
+
+    def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str]) -> PodGroupStatus | None:
+        tasks = job.tasks
+        if tasks and not any(t.status in ALIVE or t.status is TaskStatus.RELEASING for t in tasks):
+            return None  # finished: every pod succeeded or failed
+        has_pending = any(t.status in (TaskStatus.PENDING, TaskStatus.GATED) for t in tasks)
+        gang_ok = bool(tasks) and job.is_allocated_gang_satisfied()
+        if job.key in pipelined:
+            status = "Pipelined"
+        elif job.key in bound and gang_ok:
+            status = "Allocated"
+        elif gang_ok and any(t.status in ACTIVE_ALLOCATED for t in tasks):
+            status = "Running"
+        else:
+            status = "Pending"
+        reason: str | None = None
+        message: str | None = None
+        if has_pending or status == "Pending":
+            error = self.pending_reason(job)
+            if error is not None:
+                reason, message = error.reason, error.message
+        return PodGroupStatus(job.key, job.queue, status, reason, message, rfc3339(job.last_start),
+                              rfc3339(job.stale_since))
+
+    def pending_reason(self, job: PodGroupInfo) -> FitError | None:
+        if job.blocked is not None:
+            return job.blocked
+        if not job.tasks:
+            return FitError("NotReady", "Job is not ready for scheduling. The PodGroup has no pods")
+        if not job.is_ready():
+            parts = []
+            for ps in job.pod_sets.values():
+                alive = sum(1 for t in ps.tasks if t.status in ALIVE)
+                gated = sum(1 for t in ps.tasks if t.status is TaskStatus.GATED)
+                if alive - gated < ps.min_available:
+                    where = "" if ps.name == "default" and len(job.pod_sets) == 1 else f" for SubGroup {ps.name}"
+                    parts.append(f"Waiting for {ps.min_available} pods{where}, currently {alive} exist, "
+                                 f"{gated} are gated")
+            return FitError("NotReady", "Job is not ready for scheduling. " + ". ".join(parts))
+        if job.fit_errors:
+            if len(job.fit_errors) == 1:
+                return job.fit_errors[0]
+            return FitError("Unable to schedule podgroup",
+                            "\n".join(sorted({e.message for e in job.fit_errors})))
+        if any(t.status is TaskStatus.PENDING for t in job.tasks):
+            return FitError("Unschedulable", "Unable to schedule pod")
+        return None

@@ -1,0 +1,129 @@
+"""Statements: the in-memory transactions of a session (spec 4.6).
+
+Operations apply to the session immediately and can be undone in reverse order back to a checkpoint.
+Only :meth:`Statement.commit` turns them into decisions of the cycle (binds, pipelined placements,
+evictions).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kaisched.model.status import TaskStatus
+from kaisched.model.task import TaskInfo
+
+if TYPE_CHECKING:
+    from kaisched.framework.session import Session
+
+
+class OpKind(enum.Enum):
+    ALLOCATE = "allocate"
+    PIPELINE = "pipeline"
+    EVICT = "evict"
+
+
+@dataclass(slots=True)
+class Operation:
+    kind: OpKind
+    task: TaskInfo
+    node: int
+    prev_status: TaskStatus
+    prev_node: int
+    # eviction metadata (evict only)
+    action: str = ""
+    preemptor: str = ""
+    message: str = ""
+
+
+class Statement:
+    __slots__ = ("_ops", "ssn")
+
+    def __init__(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self._ops: list[Operation] = []
+
+    # ---- operations ------------------------------------------------------------------------------
+    def allocate(self, task: TaskInfo, node: int) -> None:
+        self._apply(Operation(OpKind.ALLOCATE, task, node, task.status, task.node), TaskStatus.ALLOCATED)
+
+    def pipeline(self, task: TaskInfo, node: int) -> None:
+        self._apply(Operation(OpKind.PIPELINE, task, node, task.status, task.node), TaskStatus.PIPELINED)
+
+    def evict(self, task: TaskInfo, *, action: str, preemptor: str, message: str) -> None:
+        op = Operation(OpKind.EVICT, task, task.node, task.status, task.node, action, preemptor, message)
+        self._apply(op, TaskStatus.RELEASING)
+
+    def _apply(self, op: Operation, new_status: TaskStatus) -> None:
+        ssn = self.ssn
+        task = op.task
+        if task.node >= 0 and task.is_active_used:
+            ssn.nodes.remove_task(task, task.node)
+        ssn.fire_deallocate(task)
+        task.status = new_status
+        task.node = op.node
+        if op.node >= 0:
+            ssn.nodes.add_task(task, op.node)
+        ssn.fire_allocate(task)
+        self._ops.append(op)
+
+    def _undo(self, op: Operation) -> None:
+        ssn = self.ssn
+        task = op.task
+        if task.node >= 0:
+            ssn.nodes.remove_task(task, task.node)
+        ssn.fire_deallocate(task)
+        task.status = op.prev_status
+        task.node = op.prev_node
+        if task.node >= 0 and task.is_active_used:
+            ssn.nodes.add_task(task, task.node)
+        ssn.fire_allocate(task)
+
+    # ---- transactions -------------------------------------------------------------------------------
+    def checkpoint(self) -> int:
+        return len(self._ops)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self._ops) > checkpoint:
+            self._undo(self._ops.pop())
+
+    def discard(self) -> None:
+        self.rollback(0)
+
+    @property
+    def operations(self) -> tuple[Operation, ...]:
+        return tuple(self._ops)
+
+    def convert_allocated_to_pipelined(self, job_key: str) -> None:
+        """Turn every Allocate of the job into a Pipeline (a gang is never partially bound)."""
+        ssn = self.ssn
+        for op in self._ops:
+            task = op.task
+            if op.kind is OpKind.ALLOCATE and task.job is not None and task.job.key == job_key and (
+                task.status is TaskStatus.ALLOCATED
+            ):
+                ssn.nodes.remove_task(task, task.node)
+                ssn.fire_deallocate(task)
+                task.status = TaskStatus.PIPELINED
+                ssn.nodes.add_task(task, task.node)
+                ssn.fire_allocate(task)
+                op.kind = OpKind.PIPELINE
+
+    def commit(self) -> None:
+        """Make the operations decisions of this cycle, in log order."""
+        ssn = self.ssn
+        for op in self._ops:
+            task = op.task
+            if op.kind is OpKind.ALLOCATE:
+                ssn.nodes.remove_task(task, task.node)
+                ssn.fire_deallocate(task)
+                task.status = TaskStatus.BINDING
+                ssn.nodes.add_task(task, task.node)
+                ssn.fire_allocate(task)
+                ssn.record_bind(task)
+            elif op.kind is OpKind.PIPELINE:
+                ssn.record_pipeline(task)
+            else:
+                ssn.record_eviction(task, op.action, op.preemptor, op.message)
+        self._ops.clear()

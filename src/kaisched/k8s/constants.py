@@ -1,0 +1,132 @@
+"""KAI Scheduler constants: names, labels, annotations, API groups and default values.
+
+Values are copied verbatim from KAI (pkg/common/constants, the pod-grouper and the Helm chart) because
+compatibility depends on them; see ``shared/spec/kai-spec.md`` sections 0, 2, 3 and 6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+# ----------------------------------------------------------------------------------------- scheduler
+
+SCHEDULER_NAME: Final = "kai-scheduler"
+DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"  # pod spec.schedulerName when omitted
+KAI_NAMESPACE: Final = "kai-scheduler"
+RESERVATION_NAMESPACE: Final = "kai-resource-reservation"
+LEGACY_RESERVATION_NAMESPACE: Final = "runai-reservation"
+SCALE_ADJUST_NAMESPACE: Final = "kai-scale-adjust"
+DEFAULT_NAMESPACE: Final = "default"  # namespace of namespaced objects that do not name one
+
+# ----------------------------------------------------------------------------- labels set by users
+
+QUEUE_LABEL: Final = "kai.scheduler/queue"
+LEGACY_QUEUE_LABEL: Final = "runai/queue"
+PROJECT_LABEL: Final = "project"  # queue fallback of the pod-grouper
+DEFAULT_QUEUE_NAME: Final = "default-queue"
+DEFAULT_PARENT_QUEUE_NAME: Final = "default-parent-queue"
+PRIORITY_CLASS_LABEL: Final = "priorityClassName"
+PREEMPTIBILITY_LABEL: Final = "kai.scheduler/preemptibility"
+SUBGROUP_NAME_LABEL: Final = "kai.scheduler/subgroup-name"
+TASK_PRIORITY_LABEL: Final = "kai.scheduler/task-priority"
+NODE_POOL_LABEL: Final = "kai.scheduler/node-pool"
+USER_LABEL: Final = "user"
+
+# ------------------------------------------------------------------------ annotations set by users
+
+POD_GROUP_NAME_ANNOTATION: Final = "pod-group-name"
+GPU_FRACTION_ANNOTATION: Final = "gpu-fraction"
+GPU_MEMORY_ANNOTATION: Final = "gpu-memory"  # MiB, positive integer
+GPU_FRACTION_NUM_DEVICES_ANNOTATION: Final = "gpu-fraction-num-devices"
+GPU_FRACTION_CONTAINER_NAME_ANNOTATION: Final = "gpu-fraction-container-name"
+MPS_ANNOTATION: Final = "mps"
+TOPOLOGY_ANNOTATION: Final = "kai.scheduler/topology"
+TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION: Final = "kai.scheduler/topology-required-placement"
+TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION: Final = "kai.scheduler/topology-preferred-placement"
+SEGMENT_SIZE_ANNOTATION: Final = "kai.scheduler/segment-size"
+SEGMENT_TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION: Final = "kai.scheduler/segment-topology-required-placement"
+SEGMENT_TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION: Final = "kai.scheduler/segment-topology-preferred-placement"
+
+# ------------------------------------------------------------------- labels/annotations set by KAI
+
+RECEIVED_RESOURCE_TYPE_ANNOTATION: Final = "received-resource-type"  # Regular | Fraction | MigInstance
+RECEIVED_RESOURCE_TYPE_REGULAR: Final = "Regular"
+RECEIVED_RESOURCE_TYPE_FRACTION: Final = "Fraction"
+RECEIVED_RESOURCE_TYPE_MIG_INSTANCE: Final = "MigInstance"
+GPU_GROUP_LABEL: Final = "runai-gpu-group"  # multi-device fractions: "runai-gpu-group/<group>"
+SHARED_GPU_CONFIGMAP_ANNOTATION: Final = "runai/shared-gpu-configmap"
+LAST_START_TIMESTAMP_ANNOTATION: Final = "kai.scheduler/last-start-timestamp"
+STALE_PODGROUP_TIMESTAMP_ANNOTATION: Final = "kai.scheduler/stale-podgroup-timestamp"
+TOP_OWNER_METADATA_ANNOTATION: Final = "kai.scheduler/top-owner-metadata"
+
+# ------------------------------------------------------------------------------- node labels read
+
+GPU_MEMORY_NODE_LABEL: Final = "nvidia.com/gpu.memory"  # MiB per GPU
+GPU_COUNT_NODE_LABEL: Final = "nvidia.com/gpu.count"
+MIG_STRATEGY_NODE_LABEL: Final = "nvidia.com/mig.strategy"  # single | mixed
+MIG_ENABLED_NODE_LABEL: Final = "node-role.kubernetes.io/mig-enabled"
+GPU_WORKER_NODE_LABEL: Final = "node-role.kubernetes.io/gpu-worker"
+CPU_WORKER_NODE_LABEL: Final = "node-role.kubernetes.io/cpu-worker"
+DEFAULT_GPU_MEMORY_MIB: Final = 100  # used when the node has no gpu.memory label
+
+# -------------------------------------------------------------------------------- resource names
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+AMD_GPU_RESOURCE: Final = "amd.com/gpu"
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
+
+# ---------------------------------------------------------------------------- API groups/versions
+
+CORE_API_VERSION: Final = "v1"
+SCHEDULING_RUNAI_GROUP: Final = "scheduling.run.ai"
+QUEUE_API_VERSION: Final = "scheduling.run.ai/v2"
+POD_GROUP_API_VERSION: Final = "scheduling.run.ai/v2alpha2"
+BIND_REQUEST_API_VERSION: Final = "scheduling.run.ai/v1alpha2"
+PRIORITY_CLASS_API_VERSION: Final = "scheduling.k8s.io/v1"
+TOPOLOGY_API_VERSION: Final = "kai.scheduler/v1alpha1"
+KAI_CONFIG_API_VERSION: Final = "kai.scheduler/v1"
+
+NODE_KIND: Final = "Node"
+POD_KIND: Final = "Pod"
+QUEUE_KIND: Final = "Queue"
+POD_GROUP_KIND: Final = "PodGroup"
+PRIORITY_CLASS_KIND: Final = "PriorityClass"
+
+# ------------------------------------------------------------------------ priority/preemptibility
+
+DEFAULT_QUEUE_PRIORITY: Final = 100
+DEFAULT_JOB_PRIORITY: Final = 50  # no matching PriorityClass and no globalDefault one
+NON_PREEMPTIBLE_PRIORITY_THRESHOLD: Final = 100  # priority >= this => non-preemptible by default
+
+PREEMPTIBLE: Final = "preemptible"
+NON_PREEMPTIBLE: Final = "non-preemptible"
+PREEMPTIBILITY_VALUES: Final = frozenset({"", PREEMPTIBLE, NON_PREEMPTIBLE})
+
+TRAIN_PRIORITY_CLASS: Final = "train"
+BUILD_PREEMPTIBLE_PRIORITY_CLASS: Final = "build-preemptible"
+BUILD_PRIORITY_CLASS: Final = "build"
+INFERENCE_PRIORITY_CLASS: Final = "inference"
+TRAIN_PRIORITY: Final = 50
+BUILD_PREEMPTIBLE_PRIORITY: Final = 75
+BUILD_PRIORITY: Final = 100
+INFERENCE_PRIORITY: Final = 125
+BUILTIN_PRIORITY_CLASSES: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        TRAIN_PRIORITY_CLASS: TRAIN_PRIORITY,
+        BUILD_PREEMPTIBLE_PRIORITY_CLASS: BUILD_PREEMPTIBLE_PRIORITY,
+        BUILD_PRIORITY_CLASS: BUILD_PRIORITY,
+        INFERENCE_PRIORITY_CLASS: INFERENCE_PRIORITY,
+    }
+)
+
+# ----------------------------------------------------------------------------------- queue values
+
+UNLIMITED: Final = -1  # quota/limit value meaning "no bound"
+QUEUE_MEMORY_UNIT_BYTES: Final = 1_000_000  # Queue memory quota/limit are in MB (10**6 bytes)
+
+# ------------------------------------------------------------------------------- PodGroup values
+
+DEFAULT_MIN_MEMBER: Final = 1
+NO_SCHEDULING_BACKOFF: Final = -1

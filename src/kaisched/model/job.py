@@ -1,0 +1,124 @@
+"""PodGroups (jobs) and their pod sets in the snapshot model (spec 4.4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kaisched.k8s.objects import PodGroup
+from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALIVE, ALLOCATED, TaskStatus
+from kaisched.model.task import TaskInfo
+
+
+@dataclass(slots=True, eq=False)
+class PodSetInfo:
+    name: str
+    min_available: int
+    tasks: list[TaskInfo] = field(default_factory=list)
+
+    def count(self, statuses: frozenset[TaskStatus]) -> int:
+        return sum(1 for t in self.tasks if t.status in statuses)
+
+    @property
+    def active_allocated(self) -> int:
+        return self.count(ACTIVE_ALLOCATED)
+
+    @property
+    def active_used(self) -> int:
+        return self.count(ACTIVE_USED)
+
+    def pending_tasks(self) -> list[TaskInfo]:
+        return [t for t in self.tasks if t.status is TaskStatus.PENDING]
+
+
+@dataclass(slots=True, eq=False)
+class FitError:
+    """Why (part of) a job could not be placed: KAI's job fit error."""
+
+    reason: str
+    message: str
+
+
+@dataclass(slots=True, eq=False)
+class PodGroupInfo:
+    name: str
+    namespace: str
+    uid: str
+    queue: str
+    priority: int
+    preemptible: bool
+    creation: datetime
+    pod_group: PodGroup | None
+    pod_sets: dict[str, PodSetInfo] = field(default_factory=dict)
+    last_start: datetime | None = None
+    stale_since: datetime | None = None
+    # set by the snapshot builder when the job cannot be scheduled at all (unknown queue, ...)
+    blocked: FitError | None = None
+    fit_errors: list[FitError] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def tasks(self) -> list[TaskInfo]:
+        return [t for ps in self.pod_sets.values() for t in ps.tasks]
+
+    def order_key(self) -> tuple[object, ...]:
+        return (self.creation, self.uid)
+
+    # ---- gang state (spec 4.4) -------------------------------------------------------------------
+    def is_ready(self) -> bool:
+        """Enough alive, non-gated pods to satisfy every pod set's minimum."""
+        for ps in self.pod_sets.values():
+            alive = sum(1 for t in ps.tasks if t.status in ALIVE and t.status is not TaskStatus.GATED)
+            if alive < ps.min_available:
+                return False
+        return True
+
+    def is_gang_satisfied(self) -> bool:
+        return all(ps.active_used >= ps.min_available for ps in self.pod_sets.values())
+
+    def is_allocated_gang_satisfied(self) -> bool:
+        return all(ps.active_allocated >= ps.min_available for ps in self.pod_sets.values())
+
+    def is_elastic(self) -> bool:
+        return any(ps.min_available < len(ps.tasks) for ps in self.pod_sets.values())
+
+    def is_stale(self) -> bool:
+        tasks = self.tasks
+        if any(t.status is TaskStatus.SUCCEEDED for t in tasks):
+            return False
+        if not any(t.status in ACTIVE_USED for t in tasks):
+            return False
+        return not self.is_gang_satisfied()
+
+    def has_pending(self) -> bool:
+        return any(t.status is TaskStatus.PENDING for ps in self.pod_sets.values() for t in ps.tasks)
+
+    def has_allocated(self) -> bool:
+        return any(t.status in ALLOCATED for ps in self.pod_sets.values() for t in ps.tasks)
+
+    def elastic_rank(self) -> int:
+        """Elastic job order: below min first (0), exactly at min (1), above min (2)."""
+        rank = 1
+        for ps in self.pod_sets.values():
+            a = ps.active_allocated
+            if a < ps.min_available:
+                return 0
+            if a > ps.min_available:
+                rank = 2
+        return rank
+
+    def should_pipeline(self) -> bool:
+        """Some pod set has a pipelined task and fewer than minAvailable non-pipelined allocated tasks."""
+        for ps in self.pod_sets.values():
+            has_pipelined = any(t.status is TaskStatus.PIPELINED for t in ps.tasks)
+            if not has_pipelined:
+                continue
+            non_pipelined = sum(
+                1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.status is not TaskStatus.PIPELINED
+            )
+            if non_pipelined < ps.min_available:
+                return True
+        return False

@@ -1,0 +1,457 @@
+"""Build the session's snapshot model from parsed Kubernetes objects (spec 4.3).
+
+Cross-object validation lives here: queue parents and cycles, PodGroups naming unknown queues, pods
+naming unknown PodGroups. Every problem becomes an :class:`ObjectError`; the rest of the cluster is
+still modelled. A PodGroup that cannot be scheduled at all gets ``blocked`` with KAI's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from kaisched.k8s import constants as C
+from kaisched.k8s.objects import (
+    ObjectError,
+    ObjectMeta,
+    ParsedObjects,
+    Pod,
+    PodGroup,
+    Queue,
+    QueueResource,
+    QueueResources,
+)
+from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
+from kaisched.model.node import NodeTable
+from kaisched.model.queue import QueueInfo, QueueTree
+from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS, ResourceIndex, Vector
+from kaisched.model.status import ACTIVE_USED, TaskStatus
+from kaisched.model.task import HostPort, TaskInfo
+
+KUBEFLOW_ROLE_LABEL = "training.kubeflow.org/job-role"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+GPU_SHARING_ANNOTATIONS = (C.GPU_FRACTION_ANNOTATION, C.GPU_MEMORY_ANNOTATION)
+UNSUPPORTED_GPU_SHARING = "GPUSharingNotSupported"
+
+
+@dataclass(slots=True)
+class SnapshotOptions:
+    full_hierarchy_fairness: bool = True
+    scheduler_name: str = C.SCHEDULER_NAME
+
+
+@dataclass(slots=True, eq=False)
+class Snapshot:
+    now: datetime
+    resources: ResourceIndex
+    nodes: NodeTable
+    queues: QueueTree
+    jobs: dict[str, PodGroupInfo]  # "<ns>/<name>" -> job, sorted by key
+    tasks: dict[str, TaskInfo]  # uid -> every modelled pod (incl. other schedulers' pods)
+    total: Vector  # [gpu, cpu, memory] capacity that KAI divides between queues (spec 5.2)
+    min_node_gpu_memory: float
+    errors: list[ObjectError] = field(default_factory=list)
+
+
+def _ts(value: datetime | None, default: datetime) -> datetime:
+    return value if value is not None else default
+
+
+def _parse_annotation_time(meta: ObjectMeta, key: str, kind: str, errors: list[ObjectError]) -> datetime | None:
+    raw = meta.annotations.get(key)
+    if not raw:
+        return None
+    try:
+        ts = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        errors.append(
+            ObjectError(_ref(kind, meta), f"metadata.annotations.{key}", f"invalid RFC3339 timestamp {raw!r}")
+        )
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def _ref(kind: str, meta: ObjectMeta) -> str:
+    return f"{kind} {meta.namespace}/{meta.name}" if meta.namespace else f"{kind} {meta.name}"
+
+
+# ------------------------------------------------------------------------------------------- queues
+def _queue_vectors(res: QueueResources) -> tuple[Vector, Vector, Vector]:
+    def mem(v: float) -> float:
+        return -1.0 if v == -1 else v * C.QUEUE_MEMORY_UNIT_BYTES
+
+    deserved = np.array([res.gpu.quota, res.cpu.quota, mem(res.memory.quota)], dtype=np.float64)
+    limit = np.array([res.gpu.limit, res.cpu.limit, mem(res.memory.limit)], dtype=np.float64)
+    weight = np.array(
+        [res.gpu.over_quota_weight, res.cpu.over_quota_weight, res.memory.over_quota_weight], dtype=np.float64
+    )
+    return deserved, limit, weight
+
+
+def _default_queues(now: datetime) -> list[Queue]:
+    """KAI's Helm chart installs ``default-parent-queue`` -> ``default-queue``."""
+    unlimited = QueueResource(quota=0, over_quota_weight=1, limit=-1)
+    res = QueueResources(gpu=unlimited, cpu=unlimited, memory=unlimited)
+    parent = Queue(meta=ObjectMeta(name=C.DEFAULT_PARENT_QUEUE_NAME, uid=C.DEFAULT_PARENT_QUEUE_NAME,
+                                   creation_timestamp=now), resources=res)
+    leaf = Queue(meta=ObjectMeta(name=C.DEFAULT_QUEUE_NAME, uid=C.DEFAULT_QUEUE_NAME, creation_timestamp=now),
+                 resources=res, parent_queue=C.DEFAULT_PARENT_QUEUE_NAME)
+    return [parent, leaf]
+
+
+def build_queue_tree(
+    queues: Iterable[Queue], now: datetime, errors: list[ObjectError], *, full_hierarchy_fairness: bool = True
+) -> tuple[QueueTree, dict[str, str]]:
+    """Queue tree plus, for every dropped queue, the reason (name -> message)."""
+    by_name: dict[str, Queue] = {}
+    for q in queues:
+        by_name.setdefault(q.meta.name, q)
+    dropped: dict[str, str] = {}
+
+    # parents that do not exist, and cycles: drop the queue and its whole subtree (KAI's orphans)
+    def chain_problem(name: str) -> str | None:
+        seen: list[str] = []
+        cur = name
+        while True:
+            q = by_name[cur]
+            if not q.parent_queue:
+                return None
+            if q.parent_queue == name or q.parent_queue in seen:
+                return "cycle"
+            if q.parent_queue not in by_name:
+                return cur
+            seen.append(cur)
+            cur = q.parent_queue
+
+    for name in sorted(by_name):
+        problem = chain_problem(name)
+        if problem is None:
+            continue
+        q = by_name[name]
+        if problem == "cycle":
+            msg = f"queue '{name}' is part of a cycle in the queue tree (parentQueue '{q.parent_queue}')"
+            errors.append(ObjectError(_ref("Queue", q.meta), "spec.parentQueue", msg))
+            dropped[name] = f"Queue '{name}' is part of a cycle in the queue tree"
+        elif problem == name:
+            msg = f"parent queue '{q.parent_queue}' does not exist; the queue and its subtree are ignored"
+            errors.append(ObjectError(_ref("Queue", q.meta), "spec.parentQueue", msg))
+            dropped[name] = f"Parent queue '{q.parent_queue}' of queue '{name}' does not exist"
+        else:
+            dropped[name] = f"Queue '{name}' is below the orphan queue '{problem}'"
+    kept = [q for n, q in sorted(by_name.items()) if n not in dropped]
+
+    infos: dict[str, QueueInfo] = {}
+    for q in kept:
+        deserved, limit, weight = _queue_vectors(q.resources)
+        infos[q.meta.name] = QueueInfo(
+            name=q.meta.name,
+            parent=q.parent_queue or None,
+            priority=q.priority,
+            creation=_ts(q.meta.creation_timestamp, now),
+            uid=q.meta.uid or q.meta.name,
+            deserved=deserved,
+            limit=limit,
+            over_quota_weight=weight,
+            display_name=q.display_name,
+            preempt_min_runtime=q.preempt_min_runtime,
+            reclaim_min_runtime=q.reclaim_min_runtime,
+        )
+    if not full_hierarchy_fairness:
+        infos = _flatten(infos, now)
+    ordered = sorted(infos.values(), key=QueueInfo.order_key)
+    roots: list[str] = []
+    for qi in ordered:
+        if qi.parent is None:
+            roots.append(qi.name)
+        else:
+            infos[qi.parent].children.append(qi.name)
+    return QueueTree(queues=infos, roots=roots), dropped
+
+
+def _flatten(infos: dict[str, QueueInfo], now: datetime) -> dict[str, QueueInfo]:
+    """--full-hierarchy-fairness=false: every queue with a parent goes under a synthetic ``default``."""
+    unlimited = np.array([-1.0, -1.0, -1.0])
+    out = {
+        "default": QueueInfo(name="default", parent=None, priority=C.DEFAULT_QUEUE_PRIORITY, creation=now,
+                             uid="default", deserved=unlimited.copy(), limit=unlimited.copy(),
+                             over_quota_weight=np.ones(3))
+    }
+    for name, qi in infos.items():
+        if qi.parent is None or name == "default":
+            continue
+        qi.parent = "default"
+        qi.children = []
+        out[name] = qi
+    return out
+
+
+# ------------------------------------------------------------------------------------------- pods
+def task_status(pod: Pod) -> TaskStatus:
+    phase = pod.phase
+    if pod.meta.deletion_timestamp is not None and phase in ("Running", "Pending"):
+        return TaskStatus.RELEASING
+    if phase == "Running":
+        return TaskStatus.RUNNING
+    if phase == "Pending":
+        if pod.node_name:
+            return TaskStatus.BOUND
+        if pod.scheduling_gates:
+            return TaskStatus.GATED
+        return TaskStatus.PENDING
+    if phase == "Succeeded":
+        return TaskStatus.SUCCEEDED
+    if phase == "Failed":
+        return TaskStatus.FAILED
+    return TaskStatus.UNKNOWN
+
+
+def _host_ports(pod: Pod) -> tuple[HostPort, ...]:
+    return tuple((p.protocol or "TCP", p.host_port, p.host_ip or "0.0.0.0") for p in pod.host_ports)
+
+
+def _signature(pod: Pod) -> tuple[object, ...]:
+    """Static scheduling constraints (KAI's scheduling signature, node-side part)."""
+    na = pod.affinity.node_affinity if pod.affinity else None
+    return (tuple(sorted(pod.node_selector.items())), repr(na), pod.tolerations)
+
+
+def _task_priority(pod: Pod) -> int | None:
+    raw = pod.meta.labels.get(C.TASK_PRIORITY_LABEL)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def _role_rank(pod: Pod) -> int:
+    labels = pod.meta.labels
+    if labels.get(KUBEFLOW_ROLE_LABEL) in ("master", "launcher"):
+        return 0
+    if labels.get(RAY_NODE_TYPE_LABEL) == "head":
+        return 0
+    return 1
+
+
+def _pod_vector(pod: Pod, resources: ResourceIndex) -> Vector:
+    req = resources.vector(pod.requests)
+    req[PODS] = 1.0
+    return req
+
+
+def _gpu_sharing_problem(pod: Pod) -> str | None:
+    for key in GPU_SHARING_ANNOTATIONS:
+        if key in pod.meta.annotations:
+            return key
+    return None
+
+
+# --------------------------------------------------------------------------------------- builder
+class SnapshotBuilder:
+    def __init__(self, parsed: ParsedObjects, now: datetime, options: SnapshotOptions) -> None:
+        self.parsed = parsed
+        self.now = now
+        self.options = options
+        self.errors: list[ObjectError] = list(parsed.errors)
+
+    def build(self) -> Snapshot:
+        parsed, now = self.parsed, self.now
+        extra = {
+            name
+            for obj in (*parsed.nodes,)
+            for name in obj.allocatable
+            if name not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES)
+        }
+        for pod in parsed.pods:
+            extra.update(n for n in pod.requests if n not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES))
+        resources = ResourceIndex(extra)
+        gpu_memory = [self._gpu_memory(n.meta.labels) for n in parsed.nodes]
+        nodes = NodeTable(parsed.nodes, resources, gpu_memory)
+        synced = [g for g in gpu_memory if g > C.DEFAULT_GPU_MEMORY_MIB]
+        min_gpu_memory = float(min(synced)) if synced else float(C.DEFAULT_GPU_MEMORY_MIB)
+
+        queue_objs = list(parsed.queues)
+        pg_queue_names = {pg.queue for pg in parsed.pod_groups}
+        ungrouped = [p for p in parsed.pods if self._is_ours(p) and C.POD_GROUP_NAME_ANNOTATION not in
+                     p.meta.annotations]
+        if ungrouped:
+            pg_queue_names.update(self._queue_of_pod(p) for p in ungrouped)
+        if C.DEFAULT_QUEUE_NAME in pg_queue_names and not any(
+            q.meta.name in (C.DEFAULT_QUEUE_NAME, C.DEFAULT_PARENT_QUEUE_NAME) for q in queue_objs
+        ):
+            queue_objs.extend(_default_queues(now))
+        tree, dropped = build_queue_tree(queue_objs, now, self.errors,
+                                         full_hierarchy_fairness=self.options.full_hierarchy_fairness)
+
+        priorities = dict(C.BUILTIN_PRIORITY_CLASSES)
+        global_default: int | None = None
+        for pc in parsed.priority_classes:
+            priorities[pc.meta.name] = pc.value
+            if pc.global_default and global_default is None:
+                global_default = pc.value
+        default_priority = global_default if global_default is not None else C.DEFAULT_JOB_PRIORITY
+
+        jobs: dict[str, PodGroupInfo] = {}
+        for pg in parsed.pod_groups:
+            info = self._job(pg, tree, dropped, priorities, default_priority)
+            jobs.setdefault(info.key, info)
+        for pod in ungrouped:
+            pg = self._default_pod_group(pod)
+            info = self._job(pg, tree, dropped, priorities, default_priority)
+            jobs.setdefault(info.key, info)
+
+        tasks: dict[str, TaskInfo] = {}
+        other_usage = np.zeros(3)
+        for pod in sorted(parsed.pods, key=lambda p: (p.meta.namespace, p.meta.name)):
+            task = self._task(pod, resources, nodes, jobs)
+            if task is None:
+                continue
+            tasks[task.uid] = task
+            if task.status in ACTIVE_USED and task.node >= 0:
+                nodes.add_task(task, task.node)
+                if task.job is None and not self._is_ours(pod) and nodes.schedulable[task.node]:
+                    other_usage += task.req[:3]
+        for job in jobs.values():
+            for ps in job.pod_sets.values():
+                ps.tasks.sort(key=TaskInfo.order_key)
+        total = nodes.allocatable[:3, nodes.schedulable].sum(axis=1) - other_usage
+        total = np.maximum(total, 0.0)
+        ordered_jobs = {k: jobs[k] for k in sorted(jobs)}
+        return Snapshot(now=now, resources=resources, nodes=nodes, queues=tree, jobs=ordered_jobs, tasks=tasks,
+                        total=total, min_node_gpu_memory=min_gpu_memory, errors=self.errors)
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _is_ours(self, pod: Pod) -> bool:
+        return pod.scheduler_name == self.options.scheduler_name
+
+    @staticmethod
+    def _gpu_memory(labels: dict[str, str] | object) -> float:
+        raw = labels.get(C.GPU_MEMORY_NODE_LABEL) if isinstance(labels, dict) else None
+        if raw is None:
+            return float(C.DEFAULT_GPU_MEMORY_MIB)
+        try:
+            value = float(raw)
+        except ValueError:
+            return float(C.DEFAULT_GPU_MEMORY_MIB)
+        if value >= 1024 * 1024:  # bytes
+            value = value / (1024 * 1024)
+        return float(int(value) // 100 * 100) or float(C.DEFAULT_GPU_MEMORY_MIB)
+
+    @staticmethod
+    def _queue_of_pod(pod: Pod) -> str:
+        labels = pod.meta.labels
+        return labels.get(C.QUEUE_LABEL) or labels.get(C.LEGACY_QUEUE_LABEL) or labels.get(
+            C.PROJECT_LABEL) or C.DEFAULT_QUEUE_NAME
+
+    def _default_pod_group(self, pod: Pod) -> PodGroup:
+        """KAI's default pod-grouper for a bare pod: one PodGroup per pod, minMember 1."""
+        labels = pod.meta.labels
+        pc = labels.get(C.PRIORITY_CLASS_LABEL) or pod.priority_class_name or C.TRAIN_PRIORITY_CLASS
+        preemptibility = labels.get(C.PREEMPTIBILITY_LABEL, "")
+        if preemptibility not in C.PREEMPTIBILITY_VALUES:
+            preemptibility = ""
+        meta = ObjectMeta(name=f"pg-{pod.meta.name}-{pod.meta.uid}".replace("/", "-"),
+                          namespace=pod.meta.namespace, uid=f"pg-{pod.meta.uid}",
+                          creation_timestamp=pod.meta.creation_timestamp)
+        return PodGroup(meta=meta, queue=self._queue_of_pod(pod), min_member=1, priority_class_name=pc,
+                        preemptibility=preemptibility)
+
+    def _job(self, pg: PodGroup, tree: QueueTree, dropped: dict[str, str], priorities: dict[str, int],
+             default_priority: int) -> PodGroupInfo:
+        meta = pg.meta
+        priority = priorities.get(pg.priority_class_name, default_priority) if pg.priority_class_name else \
+            default_priority
+        if pg.preemptibility:
+            preemptible = pg.preemptibility == C.PREEMPTIBLE
+        else:
+            preemptible = priority < C.NON_PREEMPTIBLE_PRIORITY_THRESHOLD
+        info = PodGroupInfo(
+            name=meta.name, namespace=meta.namespace, uid=meta.uid or f"{meta.namespace}/{meta.name}",
+            queue=pg.queue, priority=priority, preemptible=preemptible,
+            creation=_ts(meta.creation_timestamp, self.now), pod_group=pg,
+            last_start=_parse_annotation_time(meta, C.LAST_START_TIMESTAMP_ANNOTATION, "PodGroup", self.errors),
+            stale_since=_parse_annotation_time(meta, C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, "PodGroup",
+                                               self.errors),
+        )
+        leaves = [sg for sg in pg.sub_groups if not any(o.parent == sg.name for o in pg.sub_groups)]
+        if leaves:
+            for sg in leaves:
+                info.pod_sets[sg.name] = PodSetInfo(sg.name, max(sg.min_member, 1))
+        else:
+            info.pod_sets["default"] = PodSetInfo("default", max(pg.min_member, 1))
+        ref = _ref("PodGroup", meta)
+        if not pg.queue:
+            info.blocked = FitError("QueueDoesNotExist", "PodGroup does not name a queue (spec.queue is empty)")
+            self.errors.append(ObjectError(ref, "spec.queue", "must name a queue"))
+        elif pg.queue in dropped:
+            info.blocked = FitError("QueueDoesNotExist", f"Queue '{pg.queue}' does not exist. {dropped[pg.queue]}")
+        elif pg.queue not in tree.queues:
+            info.blocked = FitError("QueueDoesNotExist", f"Queue '{pg.queue}' does not exist")
+            self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' does not exist"))
+        elif not tree.queues[pg.queue].is_leaf:
+            info.blocked = FitError(
+                "QueueIsNotLeaf", f"Queue '{pg.queue}' is not a leaf queue; workloads must be submitted to leaf queues"
+            )
+            self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' is not a leaf queue"))
+        return info
+
+    def _task(self, pod: Pod, resources: ResourceIndex, nodes: NodeTable,
+              jobs: dict[str, PodGroupInfo]) -> TaskInfo | None:
+        meta = pod.meta
+        status = task_status(pod)
+        node = nodes.by_name.get(pod.node_name, -1) if pod.node_name else -1
+        ref = _ref("Pod", meta)
+        task = TaskInfo(
+            uid=meta.uid or f"{meta.namespace}/{meta.name}", name=meta.name, namespace=meta.namespace, pod=pod,
+            status=status, req=_pod_vector(pod, resources), creation=_ts(meta.creation_timestamp, self.now),
+            node=node, node_name=pod.node_name, task_priority=_task_priority(pod), role_rank=_role_rank(pod),
+            host_ports=_host_ports(pod), signature=_signature(pod), labels=dict(meta.labels),
+            initial_status=status,
+        )
+        if status in ACTIVE_USED and pod.node_name and node < 0:
+            self.errors.append(ObjectError(ref, "spec.nodeName",
+                                           f"node '{pod.node_name}' does not exist; the pod is not accounted"))
+        if not self._is_ours(pod):
+            return task if status in ACTIVE_USED else None
+        pg_name = meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION)
+        if pg_name is None:
+            pg_name = self._default_pod_group(pod).meta.name
+        job = jobs.get(f"{meta.namespace}/{pg_name}")
+        if job is None:
+            self.errors.append(ObjectError(ref, f"metadata.annotations.{C.POD_GROUP_NAME_ANNOTATION}",
+                                           f"PodGroup '{meta.namespace}/{pg_name}' does not exist; "
+                                           "the pod is not scheduled"))
+            return task if status in ACTIVE_USED else None
+        if job.pod_group is not None and job.pod_group.sub_groups:
+            sg = meta.labels.get(C.SUBGROUP_NAME_LABEL, "")
+            if sg not in job.pod_sets:
+                self.errors.append(ObjectError(
+                    ref, f"metadata.labels.{C.SUBGROUP_NAME_LABEL}",
+                    f"names no leaf sub-group of PodGroup '{job.key}'; the pod is not scheduled"))
+                return task if status in ACTIVE_USED else None
+            task.pod_set = sg
+        sharing = _gpu_sharing_problem(pod)
+        if sharing is not None:
+            self.errors.append(ObjectError(ref, f"metadata.annotations.{sharing}",
+                                           "GPU sharing requests are not supported by this version of kaisched; "
+                                           "the pod is not scheduled"))
+            if status in ACTIVE_USED:
+                task.req[GPU] = max(task.req[GPU], 1.0)  # conservative: never over-commit a shared device
+            else:
+                job.blocked = FitError(UNSUPPORTED_GPU_SHARING,
+                                       f"Pod {task.key} requests a shared GPU ({sharing}), which this version "
+                                       "of kaisched does not schedule")
+        task.job = job
+        job.pod_sets[task.pod_set].tasks.append(task)
+        return task
+
+
+def build_snapshot(parsed: ParsedObjects, now: datetime, options: SnapshotOptions | None = None) -> Snapshot:
+    return SnapshotBuilder(parsed, now, options or SnapshotOptions()).build()
+
+
+__all__ = ["CPU", "GPU", "MEMORY", "Snapshot", "SnapshotOptions", "build_queue_tree", "build_snapshot"]

@@ -1,0 +1,63 @@
+"""Tasks (pods) in the snapshot model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from kaisched.k8s.objects import Pod
+from kaisched.model.resources import GPU, Vector
+from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALLOCATED, TaskStatus
+
+if TYPE_CHECKING:
+    from kaisched.model.job import PodGroupInfo
+
+HostPort = tuple[str, int, str]  # protocol, port, host ip
+
+
+@dataclass(slots=True, eq=False)
+class TaskInfo:
+    uid: str
+    name: str
+    namespace: str
+    pod: Pod
+    status: TaskStatus
+    req: Vector  # full resource vector (ResourceIndex order), incl. pods: 1
+    creation: datetime
+    node: int = -1  # node index in the session's NodeTable, -1 when not on a node
+    node_name: str = ""  # the pod's spec.nodeName (may name a node outside the snapshot)
+    job: PodGroupInfo | None = None
+    pod_set: str = "default"
+    task_priority: int | None = None  # kai.scheduler/task-priority label; None when absent/unparsable
+    role_rank: int = 1  # 0 for kubeflow master/launcher and ray head pods (allocated first)
+    host_ports: tuple[HostPort, ...] = ()
+    signature: tuple[object, ...] = ()  # scheduling-constraint signature (static predicate cache key)
+    labels: dict[str, str] = field(default_factory=dict)
+    initial_status: TaskStatus = TaskStatus.PENDING
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def gpus(self) -> float:
+        return float(self.req[GPU])
+
+    @property
+    def is_active_used(self) -> bool:
+        return self.status in ACTIVE_USED
+
+    @property
+    def is_active_allocated(self) -> bool:
+        return self.status in ACTIVE_ALLOCATED
+
+    @property
+    def is_allocated(self) -> bool:
+        return self.status in ALLOCATED
+
+    def order_key(self) -> tuple[object, ...]:
+        """TaskOrder: kubeflow/ray leaders first, then task-priority label (labelled first, higher
+        first), then older pod, then smaller uid."""
+        tp = self.task_priority
+        return (self.role_rank, 0 if tp is not None else 1, -(tp or 0), self.creation, self.uid)

@@ -1,0 +1,286 @@
+"""The ``predicates`` plugin (spec 8.2): node conditions, node selector and affinity, taints,
+host ports, inter-pod affinity and anti-affinity, and the max-node-resources pre-check.
+
+Static predicates (everything that depends only on the node and the pod spec) are computed once per
+scheduling-constraint signature and cached for the session; dynamic ones (ports, pod affinity) are
+evaluated against the session's current placements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from kaisched.framework.plugin import Plugin
+from kaisched.framework.session import Session
+from kaisched.k8s.objects import (
+    LabelSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodAffinityTerm,
+    Taint,
+    Toleration,
+)
+from kaisched.model.job import FitError
+from kaisched.model.node import NodeInfo
+from kaisched.model.status import ACTIVE_USED
+from kaisched.model.task import TaskInfo
+
+Codes = npt.NDArray[np.int32]
+
+NODE_AFFINITY_ERROR = "node(s) didn't match Pod's node affinity/selector"
+PORTS_ERROR = "node(s) didn't have free ports for the requested pod ports"
+POD_AFFINITY_ERROR = "node(s) didn't match pod affinity rules"
+POD_ANTI_AFFINITY_ERROR = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY_ERROR = "node(s) didn't satisfy existing pods anti-affinity rules"
+FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+# ------------------------------------------------------------------------------------ matching
+def requirement_matches(req: NodeSelectorRequirement, value: str | None) -> bool:
+    op = req.operator
+    if op == "In":
+        return value is not None and value in req.values
+    if op == "NotIn":
+        return value is None or value not in req.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and req.values:
+        try:
+            lhs, rhs = int(value), int(req.values[0])
+        except ValueError:
+            return False
+        return lhs > rhs if op == "Gt" else lhs < rhs
+    return False
+
+
+def term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
+    if not term.match_expressions and not term.match_fields:
+        return False  # an empty term matches no objects
+    for req in term.match_expressions:
+        if not requirement_matches(req, node.labels.get(req.key)):
+            return False
+    for req in term.match_fields:
+        value = node.name if req.key == "metadata.name" else None
+        if not requirement_matches(req, value):
+            return False
+    return True
+
+
+def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    if selector is None:
+        return False
+    for k, v in selector.match_labels.items():
+        if labels.get(k) != v:
+            return False
+    for req in selector.match_expressions:
+        value = labels.get(req.key)
+        op = req.operator
+        if op == "In" and (value is None or value not in req.values):
+            return False
+        if op == "NotIn" and value is not None and value in req.values:
+            return False
+        if op == "Exists" and value is None:
+            return False
+        if op == "DoesNotExist" and value is not None:
+            return False
+    return True
+
+
+def tolerates(taint: Taint, tolerations: tuple[Toleration, ...]) -> bool:
+    for t in tolerations:
+        if t.effect and t.effect != taint.effect:
+            continue
+        if t.key:
+            if t.key != taint.key:
+                continue
+        elif t.operator != "Exists":
+            continue
+        if t.operator == "Exists" or t.value == taint.value:
+            return True
+    return False
+
+
+def _term_namespaces(term: PodAffinityTerm, own_namespace: str) -> frozenset[str] | None:
+    """Namespaces a pod-affinity term applies to; None = all namespaces."""
+    if term.namespace_selector is not None and not term.namespace_selector.match_labels and not (
+        term.namespace_selector.match_expressions
+    ):
+        return None
+    if term.namespaces:
+        return frozenset(term.namespaces)
+    return frozenset({own_namespace})
+
+
+def _pod_matches_term(term: PodAffinityTerm, owner_namespace: str, pod: TaskInfo) -> bool:
+    namespaces = _term_namespaces(term, owner_namespace)
+    if namespaces is not None and pod.namespace not in namespaces:
+        return False
+    return selector_matches(term.label_selector, pod.labels)
+
+
+# --------------------------------------------------------------------------------------- plugin
+class PredicatesPlugin(Plugin):
+    name = "predicates"
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self.nodes = ssn.nodes
+        n = len(ssn.nodes)
+        self._static: dict[tuple[object, ...], Codes | None] = {}
+        self._label_values: dict[str, npt.NDArray[np.object_]] = {}
+        # node conditions never change within a session
+        cond = np.zeros(n, dtype=np.int32)
+        for info in ssn.nodes.infos:
+            if info.condition_error is not None:
+                cond[info.index] = ssn.reason_code(info.condition_error)
+        self._conditions: Codes | None = cond if cond.any() else None
+        self._anti_affinity_pods = [
+            t for t in ssn.snapshot.tasks.values()
+            if t.pod.affinity is not None and t.pod.affinity.pod_anti_affinity is not None
+            and t.pod.affinity.pod_anti_affinity.required
+        ]
+        # largest node per resource for the max-node-resources pre-check
+        self._max_alloc = ssn.nodes.allocatable.max(axis=1) if n else np.zeros(len(ssn.snapshot.resources))
+        ssn.pre_predicates.append(self.max_node_resources)
+        ssn.predicates.append(self.static_predicates)
+        ssn.predicates.append(self.host_ports)
+        ssn.predicates.append(self.pod_affinity)
+
+    # ---- pre-predicate ------------------------------------------------------------------------
+    def max_node_resources(self, task: TaskInfo) -> FitError | None:
+        too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
+        if len(too_big) == 0:
+            return None
+        res = self.ssn.snapshot.resources
+        r = int(too_big[0])
+        if self._max_alloc[r] <= 0:
+            msg = f"No node in the default node-pool has {res.describe(r)} resources"
+        else:
+            amount = self._max_alloc[r]
+            shown = f"{amount / 1000:g} {res.describe(r)}" if r == 1 else f"{amount:g} {res.describe(r)}"
+            msg = (f"Max {res.describe(r)} resources available in a single node in the default node-pool is "
+                   f"topped at {shown}")
+        return FitError("PodSchedulingErrors", f"Pod {task.key} cannot be scheduled: {msg}")
+
+    # ---- static -----------------------------------------------------------------------------------
+    def static_predicates(self, task: TaskInfo) -> Codes | None:
+        sig = task.signature
+        if sig in self._static:
+            return self._static[sig]
+        codes = self._compute_static(task)
+        self._static[sig] = codes
+        return codes
+
+    def _compute_static(self, task: TaskInfo) -> Codes | None:
+        ssn = self.ssn
+        pod = task.pod
+        n = len(self.nodes)
+        codes = self._conditions.copy() if self._conditions is not None else np.zeros(n, dtype=np.int32)
+        selector = pod.node_selector
+        na = pod.affinity.node_affinity if pod.affinity else None
+        required = na.required if na is not None else None
+        tolerations = pod.tolerations
+        affinity_code = 0
+        for info in self.nodes.infos:
+            j = info.index
+            if codes[j]:
+                continue
+            if (selector and any(info.labels.get(k) != v for k, v in selector.items())) or (
+                required is not None and not any(term_matches(t, info) for t in required)
+            ):
+                affinity_code = affinity_code or ssn.reason_code(NODE_AFFINITY_ERROR)
+                codes[j] = affinity_code
+                continue
+            for taint in info.taints:
+                if taint.effect in FILTERING_EFFECTS and not tolerates(taint, tolerations):
+                    shown = f"{{{taint.key}: {taint.value}}}" if taint.value else f"{{{taint.key}}}"
+                    codes[j] = ssn.reason_code(f"node(s) had untolerated taint {shown}")
+                    break
+        return codes if codes.any() else None
+
+    # ---- dynamic ----------------------------------------------------------------------------------
+    def host_ports(self, task: TaskInfo) -> Codes | None:
+        if not task.host_ports:
+            return None
+        codes = np.zeros(len(self.nodes), dtype=np.int32)
+        code = self.ssn.reason_code(PORTS_ERROR)
+        for info in self.nodes.infos:
+            used = info.host_ports
+            if not used:
+                continue
+            for proto, port, ip in task.host_ports:
+                if any(p == port and pr == proto and (i == ip or "0.0.0.0" in (i, ip)) for pr, p, i in used):
+                    codes[info.index] = code
+                    break
+        return codes if codes.any() else None
+
+    def _values(self, key: str) -> npt.NDArray[np.object_]:
+        arr = self._label_values.get(key)
+        if arr is None:
+            arr = np.array([info.labels.get(key) for info in self.nodes.infos], dtype=object)
+            self._label_values[key] = arr
+        return arr
+
+    def _domain_mask(self, key: str, domains: set[str]) -> npt.NDArray[np.bool_]:
+        values = self._values(key)
+        if not domains:
+            return np.zeros(len(values), dtype=np.bool_)
+        return np.isin(values, np.array(sorted(domains), dtype=object))
+
+    def _active_pods(self) -> list[TaskInfo]:
+        out: list[TaskInfo] = []
+        for info in self.nodes.infos:
+            out.extend(t for t in info.tasks.values() if t.status in ACTIVE_USED)
+        return out
+
+    def pod_affinity(self, task: TaskInfo) -> Codes | None:
+        aff = task.pod.affinity
+        own_affinity = aff.pod_affinity.required if aff and aff.pod_affinity else ()
+        own_anti = aff.pod_anti_affinity.required if aff and aff.pod_anti_affinity else ()
+        existing_anti = [
+            t for t in self._anti_affinity_pods if t.status in ACTIVE_USED and t.node >= 0 and t is not task
+        ]
+        if not own_affinity and not own_anti and not existing_anti:
+            return None
+        ssn = self.ssn
+        n = len(self.nodes)
+        codes = np.zeros(n, dtype=np.int32)
+        pods = self._active_pods() if own_affinity or own_anti else []
+        names = self.nodes.infos
+        for term in own_affinity:
+            key = term.topology_key
+            matching = [p for p in pods if p is not task and _pod_matches_term(term, task.namespace, p)]
+            has_key = np.array([v is not None for v in self._values(key)], dtype=np.bool_)
+            if not matching and _pod_matches_term(term, task.namespace, task):
+                ok = has_key  # the first pod of a group that selects itself
+            else:
+                domains = {v for p in matching if (v := names[p.node].labels.get(key)) is not None}
+                ok = self._domain_mask(key, domains)
+            codes[(codes == 0) & ~ok] = ssn.reason_code(POD_AFFINITY_ERROR)
+        for term in own_anti:
+            key = term.topology_key
+            domains = {
+                v for p in pods
+                if p is not task and _pod_matches_term(term, task.namespace, p)
+                and (v := names[p.node].labels.get(key)) is not None
+            }
+            bad = self._domain_mask(key, domains)
+            codes[(codes == 0) & bad] = ssn.reason_code(POD_ANTI_AFFINITY_ERROR)
+        for other in existing_anti:
+            anti = other.pod.affinity.pod_anti_affinity if other.pod.affinity else None
+            if anti is None:
+                continue
+            for term in anti.required:
+                if not _pod_matches_term(term, other.namespace, task):
+                    continue
+                value = names[other.node].labels.get(term.topology_key)
+                if value is None:
+                    continue
+                bad = self._domain_mask(term.topology_key, {value})
+                codes[(codes == 0) & bad] = ssn.reason_code(EXISTING_ANTI_AFFINITY_ERROR)
+        return codes if codes.any() else None

@@ -1,0 +1,1 @@
+"""The proportion plugin: fair-share division, queue ordering and reclaim rules (spec section 5)."""

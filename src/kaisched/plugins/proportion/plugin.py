@@ -1,0 +1,281 @@
+"""The ``proportion`` plugin: fair share, queue order, queue capacity checks and queue accounting
+(spec 5.1-5.6).
+
+Queue vectors here are plain ``[gpu, cpu millicores, memory bytes]`` lists: they are tiny and touched
+on every virtual allocation, where Python floats beat NumPy scalars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kaisched.framework.config import ConfigError
+from kaisched.framework.plugin import Plugin
+from kaisched.framework.result import QueueStatus
+from kaisched.framework.session import Session
+from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.resources import QUEUE_RESOURCE_NAMES, Vector
+from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
+from kaisched.model.task import TaskInfo
+from kaisched.plugins.proportion.division import QueueShareInput, compute_fair_shares
+
+UNLIMITED = -1.0
+ZERO_SHARE_PENALTY = 1000.0
+EPS = 1e-9
+Vec3 = list[float]
+
+
+@dataclass(slots=True, eq=False)
+class QueueAttributes:
+    name: str
+    parent: str | None
+    priority: int
+    order_key: tuple[object, ...]
+    label: str
+    deserved: Vec3
+    limit: Vec3
+    weight: Vec3
+    path: list[QueueAttributes] = field(default_factory=list)  # self and ancestors, leaf first
+    allocated: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    allocated_non_preemptible: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    request: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    fair_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
+
+    def allocatable_share(self, total: Vec3) -> Vec3:
+        out: Vec3 = []
+        for r in range(3):
+            d, lim, fs = self.deserved[r], self.limit[r], self.fair_share[r]
+            if d == UNLIMITED:
+                a = lim
+            else:
+                a = max(d, fs)
+                if lim != UNLIMITED:
+                    a = min(a, lim)
+            out.append(total[r] if a == UNLIMITED else a)
+        return out
+
+    def drf_share(self, total: Vec3, extra: Vec3 | None = None) -> float:
+        share = 0.0
+        alloc_share = self.allocatable_share(total)
+        for r in range(3):
+            a = self.allocated[r] + (extra[r] if extra is not None else 0.0)
+            s = alloc_share[r]
+            v = a * ZERO_SHARE_PENALTY if s == 0 else a / s
+            share = max(share, v)
+        return share
+
+
+def _vec(v: Vector) -> Vec3:
+    return [float(v[0]), float(v[1]), float(v[2])]
+
+
+def _le(a: Vec3, b: Vec3) -> bool:
+    """a <= b in all resources, -1 meaning infinity on either side."""
+    for x, y in zip(a, b, strict=True):
+        if y == UNLIMITED:
+            continue
+        if x == UNLIMITED or x > y + EPS:
+            return False
+    return True
+
+
+def job_request(tasks: list[TaskInfo]) -> Vec3:
+    out = [0.0, 0.0, 0.0]
+    for t in tasks:
+        req = t.req
+        out[0] += float(req[0])
+        out[1] += float(req[1])
+        out[2] += float(req[2])
+    return out
+
+
+def _fmt(r: int, amount: float) -> str:
+    if r == 0:
+        return f"{amount:g} GPUs"
+    if r == 1:
+        return f"{amount / 1000:g} CPU cores"
+    return f"{amount / 1e9:g} GB of memory"
+
+
+class ProportionPlugin(Plugin):
+    name = "proportion"
+
+    def __init__(self, arguments: Mapping[str, str]) -> None:
+        super().__init__(arguments)
+        raw = arguments.get("kValue", "1.0")
+        try:
+            self.k_value = max(float(raw), 0.0)
+        except ValueError:
+            raise ConfigError(f"plugin proportion: argument kValue: expected a number, got {raw!r}") from None
+        raw_mult = arguments.get("relcaimerSaturationMultiplier",
+                                 arguments.get("reclaimerSaturationMultiplier", "1.0"))
+        try:
+            mult = float(raw_mult)
+        except ValueError:
+            raise ConfigError(
+                f"plugin proportion: argument relcaimerSaturationMultiplier: expected a number, got {raw_mult!r}"
+            ) from None
+        self.saturation_multiplier = mult if mult >= 1.0 else 1.0
+
+    # ---- session open ----------------------------------------------------------------------------
+    def on_session_open(self, ssn: Session) -> None:
+        self.ssn = ssn
+        tree = ssn.queues
+        self.total: Vec3 = _vec(ssn.snapshot.total)
+        self.queues: dict[str, QueueAttributes] = {}
+        for name in tree.depth_first():
+            q = tree.queues[name]
+            self.queues[name] = QueueAttributes(
+                name=name, parent=q.parent, priority=q.priority, order_key=q.order_key(), label=q.label,
+                deserved=_vec(q.deserved), limit=_vec(q.limit), weight=_vec(q.over_quota_weight),
+            )
+        for attrs in self.queues.values():
+            cur: QueueAttributes | None = attrs
+            while cur is not None:
+                attrs.path.append(cur)
+                cur = self.queues[cur.parent] if cur.parent is not None else None
+        for job in ssn.jobs.values():
+            leaf = self.queues.get(job.queue)
+            if leaf is None:
+                continue
+            for task in job.tasks:
+                if task.status in ACTIVE_ALLOCATED:
+                    self._add(leaf, job, task, 1.0)
+                    self._add_request(leaf, task)
+                elif task.status is TaskStatus.PENDING:
+                    self._add_request(leaf, task)
+        self._compute_fair_shares()
+        ssn.set_queue_order(self)
+        ssn.set_job_capacity_check(self.job_capacity_check)
+        ssn.set_queue_reporter(self)
+        ssn.allocate_handlers.append(self.on_allocate)
+        ssn.deallocate_handlers.append(self.on_deallocate)
+
+    def _compute_fair_shares(self) -> None:
+        inputs = [
+            QueueShareInput(
+                name=a.name, parent=a.parent, priority=a.priority, order_key=a.order_key,
+                deserved=np.array(a.deserved), max_allowed=np.array(a.limit), over_quota_weight=np.array(a.weight),
+                request=np.array(a.request), usage=np.zeros(3),
+            )
+            for a in self.queues.values()
+        ]
+        shares = compute_fair_shares(inputs, np.array(self.total), self.k_value)
+        for name, share in shares.items():
+            self.queues[name].fair_share = _vec(share)
+
+    # ---- accounting -------------------------------------------------------------------------------
+    @staticmethod
+    def _add(leaf: QueueAttributes, job: PodGroupInfo, task: TaskInfo, sign: float) -> None:
+        req = task.req
+        g, c, m = sign * float(req[0]), sign * float(req[1]), sign * float(req[2])
+        for q in leaf.path:
+            a = q.allocated
+            a[0] += g
+            a[1] += c
+            a[2] += m
+            if not job.preemptible:
+                n = q.allocated_non_preemptible
+                n[0] += g
+                n[1] += c
+                n[2] += m
+
+    @staticmethod
+    def _add_request(leaf: QueueAttributes, task: TaskInfo) -> None:
+        req = task.req
+        for q in leaf.path:
+            q.request[0] += float(req[0])
+            q.request[1] += float(req[1])
+            q.request[2] += float(req[2])
+
+    def on_allocate(self, task: TaskInfo) -> None:
+        job = task.job
+        if job is None or task.status not in ACTIVE_ALLOCATED:
+            return
+        leaf = self.queues.get(job.queue)
+        if leaf is not None:
+            self._add(leaf, job, task, 1.0)
+
+    def on_deallocate(self, task: TaskInfo) -> None:
+        job = task.job
+        if job is None or task.status not in ACTIVE_ALLOCATED:
+            return
+        leaf = self.queues.get(job.queue)
+        if leaf is not None:
+            self._add(leaf, job, task, -1.0)
+
+    # ---- queue order (spec 5.4) ---------------------------------------------------------------------
+    def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]:
+        q = self.queues[queue]
+        extra = job_request(self.ssn.tasks_to_allocate(job))
+        with_job = [q.allocated[r] + extra[r] for r in range(3)]
+        over_utilized = all(q.fair_share[r] < q.allocated[r] - EPS for r in range(3))
+        starved = _le(with_job, q.deserved)
+        alloc_share = q.allocatable_share(self.total)
+        penalty = any(alloc_share[r] == 0 and with_job[r] > 0 for r in range(3))
+        return (
+            1 if over_utilized else 0,
+            0 if starved else 1,
+            -q.priority,
+            1 if penalty else 0,
+            round(q.drf_share(self.total, extra), 12),
+            round(q.drf_share(self.total), 12),
+        )
+
+    def tie_break(self, a: str, b: str) -> int:
+        qa, qb = self.queues[a], self.queues[b]
+        sa, sb = qa.allocatable_share(self.total), qb.allocatable_share(self.total)
+        if all(x <= y for x, y in zip(sa, sb, strict=True)) and any(x < y for x, y in zip(sa, sb, strict=True)):
+            return -1
+        if all(y <= x for x, y in zip(sa, sb, strict=True)) and any(y < x for x, y in zip(sa, sb, strict=True)):
+            return 1
+        if qa.order_key < qb.order_key:
+            return -1
+        if qb.order_key < qa.order_key:
+            return 1
+        return 0
+
+    # ---- capacity (spec 5.6) --------------------------------------------------------------------------
+    def job_capacity_check(self, job: PodGroupInfo, tasks: list[TaskInfo]) -> FitError | None:
+        leaf = self.queues.get(job.queue)
+        if leaf is None:
+            return None
+        requested = job_request(tasks)
+        for q in leaf.path:
+            for r in range(3):
+                lim = q.limit[r]
+                if lim != UNLIMITED and requested[r] > 0 and q.allocated[r] + requested[r] > lim + EPS:
+                    what = ("GPUs", "CPU cores", "memory")[r]
+                    return FitError(
+                        "OverLimit",
+                        f"{q.label} quota has reached the allowable limit of {what}. Limit is {_fmt(r, lim)}, "
+                        f"currently {_fmt(r, q.allocated[r])} allocated and workload requested "
+                        f"{_fmt(r, requested[r])}",
+                    )
+        if not job.preemptible:
+            for q in leaf.path:
+                for r in range(3):
+                    d = q.deserved[r]
+                    if d != UNLIMITED and requested[r] > 0 and q.allocated_non_preemptible[r] + requested[r] > d + EPS:
+                        return FitError(
+                            "NonPreemptibleOverQuota",
+                            f"Non-preemptible workload is over quota. Workload requested {_fmt(r, requested[r])}, "
+                            f"but {q.label} quota is {_fmt(r, d)}, while "
+                            f"{_fmt(r, q.allocated_non_preemptible[r])} are already allocated for non-preemptible "
+                            "pods. Use a preemptible workload to go over quota.",
+                        )
+        return None
+
+    # ---- report -----------------------------------------------------------------------------------------
+    def report(self) -> list[QueueStatus]:
+        def d(v: Vec3) -> dict[str, float]:
+            return {n: round(x, 6) for n, x in zip(QUEUE_RESOURCE_NAMES, v, strict=True)}
+
+        return [
+            QueueStatus(name=a.name, parent=a.parent, deserved=d(a.deserved), fair_share=d(a.fair_share),
+                        allocated=d(a.allocated), request=d(a.request), limit=d(a.limit), priority=a.priority)
+            for a in self.queues.values()
+        ]

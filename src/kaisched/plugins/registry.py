@@ -1,0 +1,63 @@
+"""Plugin names -> implementations, and building a session's plugin list from the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kaisched.framework.config import ConfigError, PluginOption, SchedulerConfig
+from kaisched.framework.plugin import Plugin
+from kaisched.plugins.ordering import (
+    ElasticPlugin,
+    KubeflowPlugin,
+    PriorityPlugin,
+    RayPlugin,
+    SubGroupOrderPlugin,
+    TaskOrderPlugin,
+)
+from kaisched.plugins.predicates import PredicatesPlugin
+from kaisched.plugins.proportion.plugin import ProportionPlugin
+from kaisched.plugins.scoring import (
+    NodeAvailabilityPlugin,
+    NodePlacementPlugin,
+    NominatedNodePlugin,
+    ResourceTypePlugin,
+)
+
+PLUGINS: Mapping[str, type[Plugin]] = {
+    cls.name: cls
+    for cls in (
+        PredicatesPlugin,
+        ProportionPlugin,
+        PriorityPlugin,
+        ElasticPlugin,
+        KubeflowPlugin,
+        RayPlugin,
+        NodeAvailabilityPlugin,
+        ResourceTypePlugin,
+        SubGroupOrderPlugin,
+        TaskOrderPlugin,
+        NominatedNodePlugin,
+        NodePlacementPlugin,
+    )
+}
+
+# KAI plugins whose behaviour only concerns inputs this version does not schedule yet (shared GPUs,
+# topology constraints, DRA claims), the eviction actions, or KAI's HTTP debug endpoint. They are
+# accepted in configurations so KAI's configs load unchanged; see docs/compatibility.md.
+ACCEPTED_WITHOUT_EFFECT = frozenset(
+    {"gpusharingorder", "gpupack", "gpuspread", "dynamicresources", "minruntime", "topology", "snapshot",
+     "podaffinity", "reflectjoborder"}
+)
+
+
+def validate_plugins(config: SchedulerConfig) -> None:
+    for opt in config.plugins:
+        if opt.name not in PLUGINS and opt.name not in ACCEPTED_WITHOUT_EFFECT:
+            known = ", ".join(sorted({*PLUGINS, *ACCEPTED_WITHOUT_EFFECT}))
+            raise ConfigError(f"tiers: unknown plugin {opt.name!r} (known: {known})")
+        if opt.name in PLUGINS:
+            PLUGINS[opt.name](opt.arguments)  # validates arguments
+
+
+def build_plugins(options: tuple[PluginOption, ...]) -> list[Plugin]:
+    return [PLUGINS[opt.name](opt.arguments) for opt in options if opt.name in PLUGINS]

@@ -1,0 +1,106 @@
+"""Node scoring plugins (spec 8.1): nodeavailability, resourcetype, nominatednode, nodeplacement.
+
+Scores are summed over plugins; the best node has the highest sum, ties go to the smaller node name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kaisched.framework.config import ConfigError
+from kaisched.framework.plugin import NodeCandidates, Plugin
+from kaisched.framework.session import Session
+from kaisched.model.resources import CPU, GPU, Vector
+from kaisched.model.task import TaskInfo
+
+AVAILABILITY_SCORE = 100.0
+RESOURCE_TYPE_SCORE = 10.0
+MAX_HIGH_DENSITY_SCORE = 9.0
+NOMINATED_NODE_SCORE = 1_000_000.0
+
+
+class NodeAvailabilityPlugin(Plugin):
+    """+100 on nodes where the task fits without waiting for releasing resources."""
+
+    name = "nodeavailability"
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.node_scorers.append(self.score)
+
+    @staticmethod
+    def score(task: TaskInfo, cands: NodeCandidates) -> Vector:
+        return np.asarray(cands.fits_idle, dtype=np.float64) * AVAILABILITY_SCORE
+
+
+class ResourceTypePlugin(Plugin):
+    """+10 for a CPU-only task on a node without GPUs (keeps GPU nodes for GPU work)."""
+
+    name = "resourcetype"
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.no_gpu = ssn.nodes.allocatable[GPU] <= 0
+        ssn.node_scorers.append(self.score)
+
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+        if task.req[GPU] > 0:
+            return np.zeros(len(cands.indices))
+        return np.asarray(self.no_gpu[cands.indices], dtype=np.float64) * RESOURCE_TYPE_SCORE
+
+
+class NominatedNodePlugin(Plugin):
+    """+1,000,000 on the pod's ``status.nominatedNodeName``."""
+
+    name = "nominatednode"
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.by_name = ssn.nodes.by_name
+        ssn.node_scorers.append(self.score)
+
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+        out = np.zeros(len(cands.indices))
+        nominated = task.pod.nominated_node_name
+        if nominated:
+            idx = self.by_name.get(nominated, -1)
+            out[cands.indices == idx] = NOMINATED_NODE_SCORE
+        return out
+
+
+class NodePlacementPlugin(Plugin):
+    """binpack (fewest free resources first) or spread (emptiest first), per GPU and CPU tasks."""
+
+    name = "nodeplacement"
+
+    def __init__(self, arguments: Mapping[str, str]) -> None:
+        super().__init__(arguments)
+        self.gpu = arguments.get("gpu", "binpack")
+        self.cpu = arguments.get("cpu", "binpack")
+        for key, value in (("gpu", self.gpu), ("cpu", self.cpu)):
+            if value not in ("binpack", "spread"):
+                raise ConfigError(f"plugin nodeplacement: argument {key}: expected binpack or spread, got {value!r}")
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.nodes = ssn.nodes
+        ssn.node_scorers.append(self.score)
+
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+        r = GPU if task.req[GPU] > 0 else CPU
+        strategy = self.gpu if r == GPU else self.cpu
+        idx = cands.indices
+        nodes = self.nodes
+        non_alloc = nodes.idle[r, idx] + nodes.releasing[r, idx]
+        capacity = nodes.allocatable[r, idx]
+        has = capacity > 0
+        if strategy == "spread":
+            out: Vector = np.divide(non_alloc, capacity, out=np.zeros(len(idx)), where=has)
+            return out
+        if len(idx) == 0:
+            return np.zeros(0)
+        lo, hi = float(non_alloc.min()), float(non_alloc.max())
+        if hi == lo:
+            out = np.full(len(idx), MAX_HIGH_DENSITY_SCORE)
+        else:
+            out = MAX_HIGH_DENSITY_SCORE * (1.0 - (non_alloc - lo) / (hi - lo))
+        out[~has] = 0.0
+        return out
