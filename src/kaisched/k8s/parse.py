@@ -59,9 +59,7 @@ __all__ = ["parse_objects"]
 
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 _IDENTIFIER_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
-_RFC3339_RE: Final = re.compile(
-    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII
-)
+_RFC3339_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII)
 _INTEGER_RE: Final = re.compile(r"[+-]?\d+", re.ASCII)
 _NUMBER_RE: Final = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
@@ -182,7 +180,7 @@ class _Parser:
         metadata = doc.get("metadata")
         if metadata is None:
             metadata = _EMPTY
-        elif not isinstance(metadata, Mapping):
+        elif type(metadata) is not dict and not isinstance(metadata, Mapping):
             message = f"expected a mapping, got {_type_name(metadata)}"
             self.result.errors.append(ObjectError(f"{kind} ({where})", "metadata", message))
             return
@@ -251,9 +249,7 @@ def _api_version_message(api_version: object, kind: str, expected: str) -> str:
 # ---------------------------------------------------------------------------------------- metadata
 
 
-def _object_meta(
-    ctx: _Ctx, metadata: Mapping[str, Any], name: str, namespace: object, namespaced: bool
-) -> ObjectMeta:
+def _object_meta(ctx: _Ctx, metadata: Mapping[str, Any], name: str, namespace: object, namespaced: bool) -> ObjectMeta:
     if not isinstance(namespace, str):
         ctx.error("metadata.namespace", f"must be a string, got {_type_name(namespace)}")
         namespace = ""
@@ -269,14 +265,10 @@ def _object_meta(
         name=name,
         namespace=namespace,
         uid=uid,
-        labels=_EMPTY if labels is None else _str_map(ctx, labels, "metadata.labels"),
-        annotations=_EMPTY if annotations is None else _str_map(ctx, annotations, "metadata.annotations"),
-        creation_timestamp=None
-        if created is None
-        else _timestamp(ctx, created, "metadata.creationTimestamp"),
-        deletion_timestamp=None
-        if deleted is None
-        else _timestamp(ctx, deleted, "metadata.deletionTimestamp"),
+        labels={} if labels is None else _str_map(ctx, labels, "metadata.labels"),
+        annotations={} if annotations is None else _str_map(ctx, annotations, "metadata.annotations"),
+        creation_timestamp=None if created is None else _timestamp(ctx, created, "metadata.creationTimestamp"),
+        deletion_timestamp=None if deleted is None else _timestamp(ctx, deleted, "metadata.deletionTimestamp"),
         owner_references=() if owners is None else _owner_references(ctx, owners),
     )
 
@@ -363,11 +355,9 @@ def _parse_pod(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> Pod:
         node_name=node_name,
         phase=phase,
         containers=() if containers is None else _containers(ctx, containers, "spec.containers"),
-        init_containers=(
-            () if init_containers is None else _containers(ctx, init_containers, "spec.initContainers")
-        ),
-        overhead=_EMPTY if overhead is None else _resource_list(ctx, overhead, "spec.overhead"),
-        node_selector=_EMPTY if node_selector is None else _str_map(ctx, node_selector, "spec.nodeSelector"),
+        init_containers=(() if init_containers is None else _containers(ctx, init_containers, "spec.initContainers")),
+        overhead={} if overhead is None else _resource_list(ctx, overhead, "spec.overhead"),
+        node_selector={} if node_selector is None else _str_map(ctx, node_selector, "spec.nodeSelector"),
         affinity=None if affinity is None else _affinity(ctx, affinity, "spec.affinity"),
         tolerations=() if tolerations is None else _tolerations(ctx, tolerations, "spec.tolerations"),
         priority_class_name=_str(ctx, spec, "priorityClassName", "spec"),
@@ -387,7 +377,7 @@ def _pod_phase(ctx: _Ctx, status: Mapping[str, Any]) -> str:
 
 
 def _containers(ctx: _Ctx, value: object, field: str) -> tuple[Container, ...]:
-    return tuple(_container(ctx, item, f"{field}[{i}]") for i, item in enumerate(_list(ctx, value, field)))
+    return tuple([_container(ctx, item, f"{field}[{i}]") for i, item in enumerate(_list(ctx, value, field))])
 
 
 def _container(ctx: _Ctx, value: object, path: str) -> Container:
@@ -396,8 +386,8 @@ def _container(ctx: _Ctx, value: object, path: str) -> Container:
     if not name:
         ctx.error(f"{path}.name", "a container needs a name")
     resources = container.get("resources")
-    requests: Mapping[str, float] = _EMPTY
-    limits: Mapping[str, float] = _EMPTY
+    requests: dict[str, float] = {}
+    limits: dict[str, float] = {}
     if resources is not None:
         resources = _mapping(ctx, resources, f"{path}.resources")
         raw_requests = resources.get("requests")
@@ -428,15 +418,13 @@ def _ports(ctx: _Ctx, value: object, field: str) -> tuple[ContainerPort, ...]:
         if not 0 <= host_port <= _MAX_PORT:
             ctx.error(f"{path}.hostPort", f"must be a port number between 0 and {_MAX_PORT}")
         if protocol not in _PORT_PROTOCOLS:
-            ctx.error(
-                f"{path}.protocol", f"unknown protocol {protocol!r} (expected {_one_of(_PORT_PROTOCOLS)})"
-            )
+            ctx.error(f"{path}.protocol", f"unknown protocol {protocol!r} (expected {_one_of(_PORT_PROTOCOLS)})")
         ports.append(ContainerPort(container_port, host_port, protocol, _str(ctx, port, "hostIP", path)))
     return tuple(ports)
 
 
 def _tolerations(ctx: _Ctx, value: object, field: str) -> tuple[Toleration, ...]:
-    return tuple(_toleration(ctx, item, f"{field}[{i}]") for i, item in enumerate(_list(ctx, value, field)))
+    return tuple([_toleration(ctx, item, f"{field}[{i}]") for i, item in enumerate(_list(ctx, value, field))])
 
 
 def _toleration(ctx: _Ctx, value: object, path: str) -> Toleration:
@@ -464,9 +452,7 @@ def _toleration(ctx: _Ctx, value: object, path: str) -> Toleration:
     return Toleration(key, operator, tol_value, effect, seconds)
 
 
-def _toleration_fields(
-    ctx: _Ctx, toleration: Mapping[str, Any], path: str
-) -> tuple[str, str, str, str, int | None]:
+def _toleration_fields(ctx: _Ctx, toleration: Mapping[str, Any], path: str) -> tuple[str, str, str, str, int | None]:
     return (
         _str(ctx, toleration, "key", path),
         _str(ctx, toleration, "operator", path) or "Equal",
@@ -526,23 +512,22 @@ def _affinity(ctx: _Ctx, value: object, field: str) -> Affinity | None:
 
 def _node_affinity(ctx: _Ctx, value: object, field: str) -> NodeAffinity:
     affinity = _mapping(ctx, value, field)
-    required_field = f"{field}.requiredDuringSchedulingIgnoredDuringExecution"
-    preferred_field = f"{field}.preferredDuringSchedulingIgnoredDuringExecution"
     raw_required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    raw_preferred = affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
     required: tuple[NodeSelectorTerm, ...] | None = None
     if raw_required is not None:
+        required_field = f"{field}.requiredDuringSchedulingIgnoredDuringExecution"
         selector = _mapping(ctx, raw_required, required_field)
         terms_field = f"{required_field}.nodeSelectorTerms"
         raw_terms = _list(ctx, selector.get("nodeSelectorTerms"), terms_field)
         if not raw_terms:
             ctx.error(terms_field, "must contain at least one node selector term")
-        required = tuple(
-            _node_selector_term(ctx, term, f"{terms_field}[{i}]") for i, term in enumerate(raw_terms)
-        )
+        required = tuple([_node_selector_term(ctx, term, f"{terms_field}[{i}]") for i, term in enumerate(raw_terms)])
+    if raw_preferred is None:
+        return NodeAffinity(required=required)
     preferred: list[PreferredSchedulingTerm] = []
-    for i, item in enumerate(
-        _list(ctx, affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), preferred_field)
-    ):
+    preferred_field = f"{field}.preferredDuringSchedulingIgnoredDuringExecution"
+    for i, item in enumerate(_list(ctx, raw_preferred, preferred_field)):
         path = f"{preferred_field}[{i}]"
         weighted = _mapping(ctx, item, path)
         weight = _weight(ctx, weighted, path)
@@ -553,11 +538,13 @@ def _node_affinity(ctx: _Ctx, value: object, field: str) -> NodeAffinity:
 
 def _node_selector_term(ctx: _Ctx, value: object, path: str) -> NodeSelectorTerm:
     term = _mapping(ctx, value, path)
+    expressions = term.get("matchExpressions")
+    fields = term.get("matchFields")
     return NodeSelectorTerm(
-        match_expressions=_node_selector_requirements(
-            ctx, term.get("matchExpressions"), f"{path}.matchExpressions"
+        match_expressions=(
+            () if expressions is None else _node_selector_requirements(ctx, expressions, f"{path}.matchExpressions")
         ),
-        match_fields=_node_selector_requirements(ctx, term.get("matchFields"), f"{path}.matchFields"),
+        match_fields=() if fields is None else _node_selector_requirements(ctx, fields, f"{path}.matchFields"),
     )
 
 
@@ -638,12 +625,10 @@ def _label_selector(ctx: _Ctx, value: object, field: str) -> LabelSelector:
     expressions: list[LabelSelectorRequirement] = []
     expressions_field = f"{field}.matchExpressions"
     for i, item in enumerate(_list(ctx, selector.get("matchExpressions"), expressions_field)):
-        key, operator, values = _requirement_parts(
-            ctx, item, f"{expressions_field}[{i}]", _LABEL_SELECTOR_OPERATORS
-        )
+        key, operator, values = _requirement_parts(ctx, item, f"{expressions_field}[{i}]", _LABEL_SELECTOR_OPERATORS)
         expressions.append(LabelSelectorRequirement(key, operator, values))
     return LabelSelector(
-        match_labels=_EMPTY if match_labels is None else _str_map(ctx, match_labels, f"{field}.matchLabels"),
+        match_labels={} if match_labels is None else _str_map(ctx, match_labels, f"{field}.matchLabels"),
         match_expressions=tuple(expressions),
     )
 
@@ -663,9 +648,9 @@ def _parse_node(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> Node:
     status = _mapping(ctx, doc.get("status"), "status")
     raw_capacity = status.get("capacity")
     raw_allocatable = status.get("allocatable")
-    capacity = _EMPTY if raw_capacity is None else _resource_list(ctx, raw_capacity, "status.capacity")
+    capacity = {} if raw_capacity is None else _resource_list(ctx, raw_capacity, "status.capacity")
     if raw_allocatable is None:
-        allocatable = capacity
+        allocatable = dict(capacity)
     else:
         allocatable = _resource_list(ctx, raw_allocatable, "status.allocatable")
     taints = spec.get("taints")
@@ -852,9 +837,7 @@ def _sub_group(ctx: _Ctx, value: object, path: str) -> SubGroup:
         min_member=min_member,
         parent=parent,
         topology_constraint=(
-            None
-            if constraint is None
-            else _topology_constraint(ctx, constraint, f"{path}.topologyConstraint")
+            None if constraint is None else _topology_constraint(ctx, constraint, f"{path}.topologyConstraint")
         ),
     )
 
@@ -1003,10 +986,14 @@ def _str_map(ctx: _Ctx, value: object, field: str) -> dict[str, str]:
     mapping = _mapping(ctx, value, field)
     for key, item in mapping.items():
         if type(key) is not str:
-            ctx.error(f"{field}[{key!r}]", f"keys must be strings, got {_describe(key)} (quote it in YAML)")
+            ctx.error(f"{field}[{key!r}]", f"keys must be strings, got {_describe(key)}{_quote_hint(key)}")
         elif type(item) is not str:
-            ctx.error(_join(field, key), f"must be a string, got {_describe(item)} (quote it in YAML)")
+            ctx.error(_join(field, key), f"must be a string, got {_describe(item)}{_quote_hint(item)}")
     return dict(mapping)
+
+
+def _quote_hint(value: object) -> str:
+    return " (quote it in YAML)" if isinstance(value, bool | int | float) else ""
 
 
 def _str_list(ctx: _Ctx, value: object, field: str) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from kaisched.k8s.objects import (
 )
 from kaisched.model.job import FitError
 from kaisched.model.node import NodeInfo
+from kaisched.model.resources import CPU, MEMORY
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
 
@@ -116,11 +117,19 @@ def _term_namespaces(term: PodAffinityTerm, own_namespace: str) -> frozenset[str
     return frozenset({own_namespace})
 
 
-def _pod_matches_term(term: PodAffinityTerm, owner_namespace: str, pod: TaskInfo) -> bool:
+def pod_matches_term(term: PodAffinityTerm, owner_namespace: str, pod: TaskInfo) -> bool:
     namespaces = _term_namespaces(term, owner_namespace)
     if namespaces is not None and pod.namespace not in namespaces:
         return False
     return selector_matches(term.label_selector, pod.labels)
+
+
+def _amount(r: int, value: float) -> str:
+    if r == CPU:
+        return f"{value / 1000:g}"
+    if r == MEMORY:
+        return f"{value / 1e9:g}G"
+    return f"{value:g}"
 
 
 # --------------------------------------------------------------------------------------- plugin
@@ -150,6 +159,9 @@ class PredicatesPlugin(Plugin):
         ssn.predicates.append(self.static_predicates)
         ssn.predicates.append(self.host_ports)
         ssn.predicates.append(self.pod_affinity)
+        from kaisched.plugins.affinity_scoring import PreferredNodeAffinityScore
+
+        ssn.node_scorers.append(PreferredNodeAffinityScore(ssn.nodes))
 
     # ---- pre-predicate ------------------------------------------------------------------------
     def max_node_resources(self, task: TaskInfo) -> FitError | None:
@@ -158,14 +170,15 @@ class PredicatesPlugin(Plugin):
             return None
         res = self.ssn.snapshot.resources
         r = int(too_big[0])
+        what = res.describe(r)
         if self._max_alloc[r] <= 0:
-            msg = f"No node in the default node-pool has {res.describe(r)} resources"
+            msg = f"No node in the default node-pool has {what} resources"
         else:
-            amount = self._max_alloc[r]
-            shown = f"{amount / 1000:g} {res.describe(r)}" if r == 1 else f"{amount:g} {res.describe(r)}"
-            msg = (f"Max {res.describe(r)} resources available in a single node in the default node-pool is "
-                   f"topped at {shown}")
-        return FitError("PodSchedulingErrors", f"Pod {task.key} cannot be scheduled: {msg}")
+            amount = float(self._max_alloc[r])
+            shown = _amount(r, amount)
+            msg = (f"Max {what} resources available in a single node in the default node-pool is topped at "
+                   f"{shown}, but pod {task.key} requests {_amount(r, float(task.req[r]))}")
+        return FitError("PodSchedulingErrors", msg)
 
     # ---- static -----------------------------------------------------------------------------------
     def static_predicates(self, task: TaskInfo) -> Codes | None:
@@ -254,9 +267,9 @@ class PredicatesPlugin(Plugin):
         names = self.nodes.infos
         for term in own_affinity:
             key = term.topology_key
-            matching = [p for p in pods if p is not task and _pod_matches_term(term, task.namespace, p)]
+            matching = [p for p in pods if p is not task and pod_matches_term(term, task.namespace, p)]
             has_key = np.array([v is not None for v in self._values(key)], dtype=np.bool_)
-            if not matching and _pod_matches_term(term, task.namespace, task):
+            if not matching and pod_matches_term(term, task.namespace, task):
                 ok = has_key  # the first pod of a group that selects itself
             else:
                 domains = {v for p in matching if (v := names[p.node].labels.get(key)) is not None}
@@ -266,7 +279,7 @@ class PredicatesPlugin(Plugin):
             key = term.topology_key
             domains = {
                 v for p in pods
-                if p is not task and _pod_matches_term(term, task.namespace, p)
+                if p is not task and pod_matches_term(term, task.namespace, p)
                 and (v := names[p.node].labels.get(key)) is not None
             }
             bad = self._domain_mask(key, domains)
@@ -276,7 +289,7 @@ class PredicatesPlugin(Plugin):
             if anti is None:
                 continue
             for term in anti.required:
-                if not _pod_matches_term(term, other.namespace, task):
+                if not pod_matches_term(term, other.namespace, task):
                     continue
                 value = names[other.node].labels.get(term.topology_key)
                 if value is None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from kaisched.framework.config import ConfigError, PluginOption, SchedulerConfig
 from kaisched.framework.plugin import Plugin
+from kaisched.plugins.affinity_scoring import PodAffinityPlugin
 from kaisched.plugins.ordering import (
     ElasticPlugin,
     KubeflowPlugin,
@@ -38,6 +39,7 @@ PLUGINS: Mapping[str, type[Plugin]] = {
         TaskOrderPlugin,
         NominatedNodePlugin,
         NodePlacementPlugin,
+        PodAffinityPlugin,
     )
 }
 
@@ -46,7 +48,7 @@ PLUGINS: Mapping[str, type[Plugin]] = {
 # accepted in configurations so KAI's configs load unchanged; see docs/compatibility.md.
 ACCEPTED_WITHOUT_EFFECT = frozenset(
     {"gpusharingorder", "gpupack", "gpuspread", "dynamicresources", "minruntime", "topology", "snapshot",
-     "podaffinity", "reflectjoborder"}
+     "reflectjoborder"}
 )
 
 
