@@ -16,6 +16,7 @@ from kaisched.framework.plugin import NodeCandidates
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
 from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.resources import CPU, MEMORY
 from kaisched.model.task import TaskInfo
 
 NO_NODES = "no nodes with enough resources were found"
@@ -46,7 +47,40 @@ def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int3
                 what = ", ".join(names[i] for i in combo)
                 reasons[f"node(s) didn't have enough resources: {what}"] += count
     parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
-    return f"{NO_NODES}: " + ". \n".join(parts) + "."
+    text = f"{NO_NODES}: " + ". \n".join(parts) + "."
+    if ssn.params.detailed_fit_errors:
+        text += "".join(f"\n{line}" for line in _detailed_lines(ssn, task, codes))
+    return text
+
+
+def _detailed_lines(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> list[str]:
+    """--detailed-fit-errors: one line per node saying why the task does not fit there."""
+    nodes = ssn.nodes
+    res = ssn.snapshot.resources
+    lines: list[str] = []
+    for j, name in enumerate(nodes.names):
+        if codes is not None and codes[j]:
+            lines.append(f"{name}: {ssn.reason_text(int(codes[j]))}")
+            continue
+        for r in np.flatnonzero(task.req > 0):
+            avail = nodes.idle[r, j] + nodes.releasing[r, j]
+            if avail < task.req[r] - 1e-9:
+                cap = nodes.allocatable[r, j]
+                lines.append(
+                    f"{name}: Node didn't have enough resources: {res.describe(int(r))}, requested: "
+                    f"{_show(int(r), float(task.req[r]))}, used: {_show(int(r), float(cap - avail))}, "
+                    f"capacity: {_show(int(r), float(cap))}"
+                )
+                break
+    return lines
+
+
+def _show(r: int, value: float) -> str:
+    if r == CPU:
+        return f"{value / 1000:g}"
+    if r == MEMORY:
+        return f"{value / 1e9:g}G"
+    return f"{value:g}"
 
 
 def place_task(ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool) -> str | None:
