@@ -47,9 +47,7 @@ def load_documents(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], l
 
 def _files(path: Path, errors: list[ObjectError]) -> Iterator[Path]:
     if path.is_dir():
-        yield from sorted(
-            p for p in path.rglob("*") if p.suffix.lower() in OBJECT_FILE_SUFFIXES and p.is_file()
-        )
+        yield from sorted(p for p in path.rglob("*") if p.suffix.lower() in OBJECT_FILE_SUFFIXES and p.is_file())
     elif path.exists():
         yield path
     else:
@@ -99,20 +97,16 @@ def _add_document(
             if isinstance(item, dict):
                 docs.append(item)
             elif item is not None:
-                message = (
-                    f"document {number}, item {i}: expected an object (a mapping), got {_type_name(item)}"
-                )
+                message = f"document {number}, item {i}: expected an object (a mapping), got {_type_name(item)}"
                 errors.append(_file_error(path, message))
         return
-    errors.append(
-        _file_error(path, f"document {number}: expected an object (a mapping), got {_type_name(value)}")
-    )
+    errors.append(_file_error(path, f"document {number}: expected an object (a mapping), got {_type_name(value)}"))
 
 
 def _yaml_error_text(exc: yaml.YAMLError, document: int) -> str:
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         mark = exc.problem_mark
-        what = " ".join(part for part in (exc.context, exc.problem) if part) or "syntax error"
+        what = ": ".join(part for part in (exc.context, exc.problem) if part) or "syntax error"
         return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1} (document {document}): {what}"
     return f"invalid YAML (document {document}): {exc}"
 

@@ -432,13 +432,17 @@ def _toleration(ctx: _Ctx, value: object, path: str) -> Toleration:
         get = value.get
         key, operator, tol_value = get("key", ""), get("operator", "Equal"), get("value", "")
         effect, seconds = get("effect", ""), get("tolerationSeconds")
-        if not (
+        well_typed = (
             type(key) is str and type(operator) is str and type(tol_value) is str and type(effect) is str
             and (seconds is None or type(seconds) is int)
-        ):  # fmt: skip
-            key, operator, tol_value, effect, seconds = _toleration_fields(ctx, value, path)
+        )  # fmt: skip
     else:
+        well_typed = False
+    if not well_typed:
+        errors_before = len(ctx.errors)
         key, operator, tol_value, effect, seconds = _toleration_fields(ctx, _mapping(ctx, value, path), path)
+        if len(ctx.errors) > errors_before:  # the pod is dropped; consistency checks would only add noise
+            return Toleration(key, operator, tol_value, effect, seconds)
     if operator not in _TOLERATION_OPERATORS:
         ctx.error(f"{path}.operator", f"unknown operator {operator!r} (expected Equal or Exists)")
     elif operator == "Exists" and tol_value:
@@ -889,7 +893,8 @@ def _topology_constraint(ctx: _Ctx, value: object, path: str) -> TopologyConstra
 def _parse_priority_class(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> PriorityClass:
     value = _optional_int(ctx, doc, "value", "")
     if value is None:
-        ctx.error("value", "is required (the priority of this class, an integer)")
+        if doc.get("value") is None:
+            ctx.error("value", "is required (the priority of this class, an integer)")
         value = 0
     policy = _str(ctx, doc, "preemptionPolicy", "") or "PreemptLowerPriority"
     if policy not in _PREEMPTION_POLICIES:

@@ -1,0 +1,209 @@
+"""Reading objects from YAML/JSON files and directories (kaisched.k8s.loader)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kaisched.k8s import load_documents, load_objects
+
+NODE_YAML = """\
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+status:
+  capacity: {{cpu: "8", memory: 32Gi, nvidia.com/gpu: "4"}}
+"""
+
+POD_YAML = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  creationTimestamp: 2024-01-01T00:00:00Z
+spec:
+  schedulerName: kai-scheduler
+  containers:
+  - name: main
+    resources:
+      requests: {{cpu: 500m, nvidia.com/gpu: 1}}
+"""
+
+QUEUE_YAML = """\
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata:
+  name: {name}
+spec:
+  resources:
+    gpu: {{quota: 2, overQuotaWeight: 1, limit: -1}}
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_multi_document_yaml(tmp_path: Path) -> None:
+    text = "---\n" + NODE_YAML.format(name="n1") + "---\n# only a comment\n---\n" + POD_YAML.format(name="p1") + "---\n"
+    path = write(tmp_path / "cluster.yaml", text)
+    docs, errors = load_documents([path])
+    assert errors == []
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("Node", "n1"), ("Pod", "p1")]
+
+
+def test_directories_are_read_recursively_in_path_order(tmp_path: Path) -> None:
+    write(tmp_path / "b" / "queue.yml", QUEUE_YAML.format(name="q1"))
+    write(tmp_path / "a" / "z.yaml", NODE_YAML.format(name="n1"))
+    write(tmp_path / "a" / "nested" / "deep.json", json.dumps({"kind": "X"}))
+    write(tmp_path / "c.JSON", json.dumps([{"kind": "Y"}, {"kind": "Z"}]))
+    write(tmp_path / "README.md", "kind: Ignored")
+    write(tmp_path / "notes.txt", "kind: Ignored")
+    docs, errors = load_documents([tmp_path])
+    assert errors == []
+    # a/nested/deep.json < a/z.yaml < b/queue.yml < c.JSON
+    assert [d["kind"] for d in docs] == ["X", "Node", "Queue", "Y", "Z"]
+
+
+def test_json_single_object_and_list(tmp_path: Path) -> None:
+    one = write(tmp_path / "one.json", json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}))
+    many = write(tmp_path / "many.json", json.dumps([{"kind": "A"}, None, {"kind": "B"}]))
+    docs, errors = load_documents([one, many])
+    assert errors == []
+    assert [d["kind"] for d in docs] == ["Node", "A", "B"]
+
+
+def test_an_explicit_file_is_read_whatever_its_name(tmp_path: Path) -> None:
+    path = write(tmp_path / "objects.txt", NODE_YAML.format(name="n1"))
+    docs, errors = load_documents([str(path)])
+    assert errors == [] and docs[0]["metadata"]["name"] == "n1"
+
+
+def test_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    bad = write(tmp_path / "bad.yaml", NODE_YAML.format(name="n1") + "---\nkind: Pod\nmetadata: {name: [unclosed\n")
+    good = write(tmp_path / "good.yaml", NODE_YAML.format(name="n2"))
+    docs, errors = load_documents([bad, good])
+    assert [d["metadata"]["name"] for d in docs] == ["n1", "n2"]  # documents before the error are kept
+    (error,) = errors
+    assert error.object == f"file {bad}"
+    assert error.field == ""
+    assert error.message == (
+        "invalid YAML at line 10, column 1 (document 2): "
+        "while parsing a flow sequence: did not find expected ',' or ']'"
+    )
+
+
+def test_yaml_error_line_number(tmp_path: Path) -> None:
+    path = write(tmp_path / "indent.yaml", "kind: Pod\nmetadata:\n  name: a\n   bad: indentation\n")
+    _, errors = load_documents([path])
+    (error,) = errors
+    assert error.message.startswith("invalid YAML at line 4, column 7 (document 1): mapping values are not allowed")
+
+
+def test_invalid_json(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.json", '{\n  "kind": "Pod",\n  "metadata": {\n}\n')
+    docs, errors = load_documents([path])
+    assert docs == []
+    (error,) = errors
+    assert (error.object, error.field) == (f"file {path}", "")
+    assert error.message.startswith("invalid JSON at line")
+
+
+def test_missing_path_is_an_error_and_the_others_are_read(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.yaml", NODE_YAML.format(name="n1"))
+    missing = tmp_path / "missing.yaml"
+    docs, errors = load_documents([missing, good])
+    assert len(docs) == 1
+    assert [e.to_dict() for e in errors] == [
+        {"object": f"file {missing}", "field": "", "message": "no such file or directory"}
+    ]
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"kind: Pod\nmetadata: {name: caf\xe9}\n")
+    docs, errors = load_documents([path])
+    assert docs == []
+    (error,) = errors
+    assert error.object == f"file {path}"
+    assert error.message.startswith("cannot read file")
+
+
+def test_documents_that_are_not_objects(tmp_path: Path) -> None:
+    path = write(tmp_path / "odd.yaml", "just a string\n---\n- kind: A\n- 3\n---\nkind: B\n")
+    docs, errors = load_documents([path])
+    assert [d["kind"] for d in docs] == ["A", "B"]  # a list document contributes its items
+    assert [e.message for e in errors] == [
+        "document 1: expected an object (a mapping), got a string",
+        "document 2, item 1: expected an object (a mapping), got a number",
+    ]
+
+
+def test_empty_files_and_directories(tmp_path: Path) -> None:
+    write(tmp_path / "empty.yaml", "")
+    write(tmp_path / "blank.yml", "\n# nothing\n---\n")
+    (tmp_path / "empty-dir").mkdir()
+    docs, errors = load_documents([tmp_path, tmp_path / "empty-dir"])
+    assert docs == [] and errors == []
+
+
+def test_load_objects_parses_and_merges_errors(tmp_path: Path) -> None:
+    write(tmp_path / "1-nodes.yaml", NODE_YAML.format(name="n1") + "---\n" + NODE_YAML.format(name="n2"))
+    write(tmp_path / "2-pods.yaml", POD_YAML.format(name="p1") + "---\n" + POD_YAML.format(name="p1"))
+    write(tmp_path / "3-queues.yaml", QUEUE_YAML.format(name="q1"))
+    write(tmp_path / "4-broken.yaml", "kind: [\n")
+    parsed = load_objects([tmp_path, tmp_path / "nope.yaml"])
+    assert [n.meta.name for n in parsed.nodes] == ["n1", "n2"]
+    assert [p.meta.name for p in parsed.pods] == ["p1"]
+    assert [q.meta.name for q in parsed.queues] == ["q1"]
+    pod = parsed.pods[0]
+    assert pod.meta.creation_timestamp == datetime(2024, 1, 1, tzinfo=UTC)  # unquoted YAML timestamp
+    assert pod.containers[0].requests == {"cpu": 500.0, "nvidia.com/gpu": 1.0}
+    assert parsed.nodes[0].allocatable["memory"] == 32 * 2**30
+    # file errors first, then object errors
+    assert [(e.object, e.field) for e in parsed.errors] == [
+        (f"file {tmp_path / '4-broken.yaml'}", ""),
+        (f"file {tmp_path / 'nope.yaml'}", ""),
+        ("Pod ml/p1", "metadata.name"),
+    ]
+
+
+KUBECTL_LIST_YAML = """\
+apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: ""
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: n1
+  status:
+    allocatable: {cpu: 7500m, memory: 30Gi}
+    capacity: {cpu: "8", memory: 32Gi}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: p1
+    namespace: ml
+    creationTimestamp: "2024-01-01T00:00:00Z"
+  spec:
+    containers:
+    - name: main
+      resources:
+        requests: {cpu: "2"}
+  status:
+    phase: Pending
+"""
+
+
+def test_kubectl_list_output(tmp_path: Path) -> None:
+    parsed = load_objects([write(tmp_path / "list.yaml", KUBECTL_LIST_YAML)])
+    assert parsed.errors == []
+    assert [(n.meta.name, n.allocatable["cpu"]) for n in parsed.nodes] == [("n1", 7500.0)]
+    assert [(p.meta.name, p.containers[0].requests["cpu"]) for p in parsed.pods] == [("p1", 2000.0)]
