@@ -11,8 +11,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
+# the example deliberately holds one PodGroup in a queue that does not exist, so that the output shows
+# how input errors are reported; `kaisched schedule` exits 1 when the input had errors.
 run: $(STAMP)
-	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table
+	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table || test $$? -eq 1
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
