@@ -88,7 +88,6 @@ class JobsQueue:
     def _best_child(self, nodes: list[_QueueNode]) -> _QueueNode | None:
         best: _QueueNode | None = None
         best_key: tuple[object, ...] | None = None
-        order = self.ssn.queue_order
         for node in nodes:
             key = self._node_key(node)
             if key is None:
@@ -98,10 +97,6 @@ class JobsQueue:
                 continue
             if key < best_key:
                 best, best_key = node, key
-            elif key == best_key:
-                tie = order.tie_break(node.name, best.name) if order is not None else 0
-                if tie < 0:
-                    best, best_key = node, key
         return best
 
     def pop(self) -> PodGroupInfo | None:

@@ -37,14 +37,15 @@ def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int3
         open_nodes = np.ones(n, dtype=np.bool_)
     if open_nodes.any():
         lacking = nodes.insufficient(task.req, with_releasing=True)
-        names = [ssn.snapshot.resources.describe(r) for r, _ in lacking]
         if lacking:
-            stack = np.stack([mask[open_nodes] for _, mask in lacking])
-            combos: Counter[tuple[int, ...]] = Counter()
-            for col in stack.T[stack.any(axis=0)]:
-                combos[tuple(np.flatnonzero(col))] += 1
-            for combo, count in combos.items():
-                what = ", ".join(names[i] for i in combo)
+            # one bit per insufficient resource, counted per distinct combination
+            bits = np.zeros(int(open_nodes.sum()), dtype=np.int64)
+            for i, (_, mask) in enumerate(lacking):
+                bits |= mask[open_nodes].astype(np.int64) << i
+            names = [ssn.snapshot.resources.describe(r) for r, _ in lacking]
+            values, counts = np.unique(bits[bits > 0], return_counts=True)
+            for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+                what = ", ".join(names[i] for i in range(len(lacking)) if value >> i & 1)
                 reasons[f"node(s) didn't have enough resources: {what}"] += count
     parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
     text = f"{NO_NODES}: " + ". \n".join(parts) + "."

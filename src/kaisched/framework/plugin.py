@@ -45,11 +45,11 @@ TaskHandler = Callable[[TaskInfo], None]
 
 
 class QueueOrder(Protocol):
-    """Which queue's job goes next (proportion's QueueOrderFn, spec 5.4)."""
+    """Which queue's job goes next (proportion's QueueOrderFn, spec 5.4): a sort key of the queue with
+    its best pending job; smaller goes first. Keys of siblings must be totally ordered (include a static
+    tie-breaker)."""
 
     def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]: ...
-
-    def tie_break(self, a: str, b: str) -> int: ...
 
 
 class QueueReporter(Protocol):

@@ -66,6 +66,8 @@ class Statement:
         if op.node >= 0:
             ssn.nodes.add_task(task, op.node)
         ssn.fire_allocate(task)
+        if task.job is not None:
+            task.job.version += 1
         self._ops.append(op)
 
     def _undo(self, op: Operation) -> None:
@@ -79,6 +81,8 @@ class Statement:
         if task.node >= 0 and task.is_active_used:
             ssn.nodes.add_task(task, task.node)
         ssn.fire_allocate(task)
+        if task.job is not None:
+            task.job.version += 1
 
     # ---- transactions -------------------------------------------------------------------------------
     def checkpoint(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cmp_to_key
 
 import numpy as np
 
@@ -43,6 +44,8 @@ class QueueAttributes:
     allocated_non_preemptible: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
     request: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
     fair_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    alloc_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])  # cached allocatable_share(total)
+    sibling_rank: int = 0  # static queue-order tie-break among siblings (spec 5.4 steps 7-8)
 
     def allocatable_share(self, total: Vec3) -> Vec3:
         out: Vec3 = []
@@ -57,9 +60,9 @@ class QueueAttributes:
             out.append(total[r] if a == UNLIMITED else a)
         return out
 
-    def drf_share(self, total: Vec3, extra: Vec3 | None = None) -> float:
+    def drf_share(self, extra: Vec3 | None = None) -> float:
         share = 0.0
-        alloc_share = self.allocatable_share(total)
+        alloc_share = self.alloc_share
         for r in range(3):
             a = self.allocated[r] + (extra[r] if extra is not None else 0.0)
             s = alloc_share[r]
@@ -126,6 +129,7 @@ class ProportionPlugin(Plugin):
         tree = ssn.queues
         self.total: Vec3 = _vec(ssn.snapshot.total)
         self.queues: dict[str, QueueAttributes] = {}
+        self._job_requests: dict[str, tuple[int, Vec3]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
             self.queues[name] = QueueAttributes(
@@ -166,6 +170,14 @@ class ProportionPlugin(Plugin):
         shares = compute_fair_shares(inputs, np.array(self.total), self.k_value)
         for name, share in shares.items():
             self.queues[name].fair_share = _vec(share)
+        for attrs in self.queues.values():
+            attrs.alloc_share = attrs.allocatable_share(self.total)
+        siblings: dict[str | None, list[str]] = {}
+        for attrs in self.queues.values():
+            siblings.setdefault(attrs.parent, []).append(attrs.name)
+        for names in siblings.values():
+            for rank, name in enumerate(sorted(names, key=cmp_to_key(self.tie_break))):
+                self.queues[name].sibling_rank = rank
 
     # ---- accounting -------------------------------------------------------------------------------
     @staticmethod
@@ -208,26 +220,39 @@ class ProportionPlugin(Plugin):
             self._add(leaf, job, task, -1.0)
 
     # ---- queue order (spec 5.4) ---------------------------------------------------------------------
-    def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]:
-        q = self.queues[queue]
+    def job_request(self, job: PodGroupInfo) -> Vec3:
+        """Resources of the job's next allocation attempt, cached until the job changes."""
+        cached = self._job_requests.get(job.uid)
+        if cached is not None and cached[0] == job.version:
+            return cached[1]
         extra = job_request(self.ssn.tasks_to_allocate(job))
-        with_job = [q.allocated[r] + extra[r] for r in range(3)]
-        over_utilized = all(q.fair_share[r] < q.allocated[r] - EPS for r in range(3))
+        self._job_requests[job.uid] = (job.version, extra)
+        return extra
+
+    def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]:
+        """Spec 5.4 steps 1-6 as a sort key; steps 7-8 are the static ``sibling_rank``."""
+        q = self.queues[queue]
+        extra = self.job_request(job)
+        allocated = q.allocated
+        with_job = [allocated[0] + extra[0], allocated[1] + extra[1], allocated[2] + extra[2]]
+        fair = q.fair_share
+        over_utilized = fair[0] < allocated[0] - EPS and fair[1] < allocated[1] - EPS and fair[2] < allocated[2] - EPS
         starved = _le(with_job, q.deserved)
-        alloc_share = q.allocatable_share(self.total)
+        alloc_share = q.alloc_share
         penalty = any(alloc_share[r] == 0 and with_job[r] > 0 for r in range(3))
         return (
             1 if over_utilized else 0,
             0 if starved else 1,
             -q.priority,
             1 if penalty else 0,
-            round(q.drf_share(self.total, extra), 12),
-            round(q.drf_share(self.total), 12),
+            round(q.drf_share(extra), 12),
+            round(q.drf_share(), 12),
+            q.sibling_rank,
         )
 
     def tie_break(self, a: str, b: str) -> int:
         qa, qb = self.queues[a], self.queues[b]
-        sa, sb = qa.allocatable_share(self.total), qb.allocatable_share(self.total)
+        sa, sb = qa.alloc_share, qb.alloc_share
         if all(x <= y for x, y in zip(sa, sb, strict=True)) and any(x < y for x, y in zip(sa, sb, strict=True)):
             return -1
         if all(y <= x for x, y in zip(sa, sb, strict=True)) and any(y < x for x, y in zip(sa, sb, strict=True)):

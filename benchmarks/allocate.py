@@ -1,0 +1,392 @@
+"""Measurements of one allocate cycle: wall time, memory, outcome, and sanity checks of the outcome.
+
+Only ``kaisched.schedule(...)`` is timed; the objects are generated (and timed separately) before.
+Peak memory is measured twice, differently:
+
+* ``traced``: the peak of Python allocations made during one cycle, by ``tracemalloc``, in a run of its
+  own after the timed runs (tracemalloc slows allocation down several times);
+* ``rss``: the process's peak resident set (``getrusage(RUSAGE_SELF).ru_maxrss``) after the timed runs,
+  which includes the interpreter, the imports and the generated objects (``rss_gen`` is the same
+  figure read just before the first cycle). Meaningful per scenario only when each scenario runs in a
+  fresh process, which ``python -m benchmarks`` does by default.
+"""
+
+from __future__ import annotations
+
+import gc
+import resource
+import sys
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import kaisched
+from benchmarks.clusters import FULL, SMOKE, Cluster, Obj
+
+MIB: Final = 1024 * 1024
+#: A fixed clock, so that every run (and every repetition) sees the same cycle.
+NOW: Final = datetime(2026, 1, 1, tzinfo=UTC)
+#: The issue measures one allocate cycle; ``--actions default`` runs KAI's whole default action list.
+ALLOCATE_ONLY: Final[Mapping[str, Any]] = {"actions": "allocate"}
+#: The target of the issue, per full-size scenario on the CI machine.
+TARGET_S: Final = 2.0
+
+
+def scheduler_config(actions: str) -> Mapping[str, Any] | None:
+    """``"allocate"`` (the default), ``"default"`` (KAI's default list) or a comma-separated list."""
+    if actions == "default":
+        return None
+    if actions == "allocate":
+        return ALLOCATE_ONLY
+    return {"actions": actions}
+
+
+def generate(scenario: str, smoke: bool) -> tuple[Cluster, float]:
+    """The scenario's cluster and the seconds it took to generate."""
+    table = SMOKE if smoke else FULL
+    t0 = time.perf_counter()
+    cluster = table[scenario]()
+    return cluster, time.perf_counter() - t0
+
+
+def max_rss_mib() -> float:
+    """The process's peak resident set so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / MIB if sys.platform == "darwin" else rss / 1024
+
+
+# ---------------------------------------------------------------------------------------- inventory
+
+
+def _int(quantity: Any) -> int:
+    """The generators write plain integer quantities ("8"), so nothing more is needed here."""
+    return int(str(quantity))
+
+
+@dataclass(slots=True)
+class Inventory:
+    """What the checks need to know about the cluster, read off the generated objects."""
+
+    node_gpus: dict[str, int] = field(default_factory=dict)
+    node_pod_cap: dict[str, int] = field(default_factory=dict)
+    used_gpus: Counter[str] = field(default_factory=Counter)  # node -> GPUs of Running pods
+    used_pods: Counter[str] = field(default_factory=Counter)  # node -> Running pods
+    pending_pods: dict[str, tuple[str, int]] = field(default_factory=dict)  # "ns/pod" -> ("ns/group", GPUs)
+    group_pods: Counter[str] = field(default_factory=Counter)  # "ns/group" -> pending pods
+    group_min: dict[str, int] = field(default_factory=dict)  # "ns/group" -> minMember
+    group_queue: dict[str, str] = field(default_factory=dict)  # "ns/group" -> queue
+
+    @classmethod
+    def of(cls, objects: list[Obj]) -> Inventory:
+        inv = cls()
+        for obj in objects:
+            kind, meta = obj["kind"], obj["metadata"]
+            if kind == "Node":
+                alloc = obj["status"]["allocatable"]
+                inv.node_gpus[meta["name"]] = _int(alloc.get("nvidia.com/gpu", 0))
+                inv.node_pod_cap[meta["name"]] = _int(alloc.get("pods", 110))
+            elif kind == "PodGroup":
+                key = f"{meta['namespace']}/{meta['name']}"
+                inv.group_min[key] = int(obj["spec"].get("minMember", 1))
+                inv.group_queue[key] = obj["spec"]["queue"]
+            elif kind == "Pod":
+                requests = obj["spec"]["containers"][0]["resources"]["requests"]
+                gpus = _int(requests.get("nvidia.com/gpu", 0))
+                node_name = obj["spec"].get("nodeName")
+                if node_name:
+                    inv.used_gpus[node_name] += gpus
+                    inv.used_pods[node_name] += 1
+                else:
+                    group = f"{meta['namespace']}/{meta['annotations']['pod-group-name']}"
+                    inv.pending_pods[f"{meta['namespace']}/{meta['name']}"] = (group, gpus)
+                    inv.group_pods[group] += 1
+        return inv
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.node_gpus.values())
+
+    @property
+    def free_gpus(self) -> int:
+        return self.total_gpus - sum(self.used_gpus.values())
+
+
+# ------------------------------------------------------------------------------------------- checks
+
+
+def _first(items: list[str], limit: int = 3) -> str:
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> list[str]:
+    """Everything that is wrong with ``result`` as an outcome on ``cluster``; empty when it makes sense."""
+    failures: list[str] = []
+    if result.errors:
+        failures.append(f"{len(result.errors)} object errors, e.g. {result.errors[0].to_dict()}")
+
+    # every bind is a distinct pending pod on a known node
+    seen: set[str] = set()
+    bad: list[str] = []
+    node_gpus: Counter[str] = Counter()
+    node_pods: Counter[str] = Counter()
+    group_binds: Counter[str] = Counter()
+    for b in result.binds:
+        if b.pod in seen:
+            bad.append(f"{b.pod} bound twice")
+        seen.add(b.pod)
+        entry = inv.pending_pods.get(b.pod)
+        if entry is None:
+            bad.append(f"{b.pod} is not a pending pod")
+            continue
+        if b.node not in inv.node_gpus:
+            bad.append(f"{b.pod} bound to unknown node {b.node}")
+            continue
+        group, gpus = entry
+        node_gpus[b.node] += gpus
+        node_pods[b.node] += 1
+        group_binds[group] += 1
+    if bad:
+        failures.append(f"bad binds: {_first(bad)}")
+
+    bound_gpus = sum(node_gpus.values())
+    if bound_gpus > inv.free_gpus:
+        failures.append(f"{bound_gpus} GPUs bound but only {inv.free_gpus} were free")
+    if cluster.expected_binds is not None and len(result.binds) != cluster.expected_binds:
+        failures.append(f"{len(result.binds)} binds, expected exactly {cluster.expected_binds}")
+
+    # no node over-committed: Running + bound GPUs (and pods) within what the node has
+    over = [f"{n}: {inv.used_gpus[n]}+{g} GPUs > {inv.node_gpus[n]}" for n, g in node_gpus.items()
+            if inv.used_gpus[n] + g > inv.node_gpus[n]]
+    over += [f"{n}: {inv.used_pods[n]}+{p} pods > {inv.node_pod_cap[n]}" for n, p in node_pods.items()
+             if inv.used_pods[n] + p > inv.node_pod_cap[n]]
+    if over:
+        failures.append(f"{len(over)} node over-commitments: {_first(over)}")
+
+    # gangs: a PodGroup is bound whole (all of its pods, at least minMember) or not at all
+    partial = [f"{g}: {n} of {inv.group_pods[g]} pods (minMember {inv.group_min[g]})"
+               for g, n in group_binds.items() if n < inv.group_min[g] or n != inv.group_pods[g]]
+    if partial:
+        failures.append(f"{len(partial)} gangs partly bound: {_first(partial)}")
+
+    # the reported PodGroup statuses agree with the binds
+    status = {g.name: g.status for g in result.pod_groups}
+    missing = [g for g in inv.group_pods if g not in status]
+    if missing:
+        failures.append(f"{len(missing)} pending PodGroups missing from the result: {_first(missing)}")
+    wrong = [f"{g} bound but {status[g]}" for g in group_binds if status.get(g, "Allocated") != "Allocated"]
+    wrong += [f"{g} unbound but {status[g]}" for g in inv.group_pods
+              if g not in group_binds and status.get(g, "Pending") != "Pending"]
+    if wrong:
+        failures.append(f"{len(wrong)} PodGroup statuses disagree with the binds: {_first(wrong)}")
+
+    # nothing to pipeline onto or evict: no pod is releasing resources and every queue is within its share
+    if result.pipelined:
+        failures.append(f"{len(result.pipelined)} pods pipelined, expected none")
+    if result.evictions:
+        failures.append(f"{len(result.evictions)} evictions, expected none")
+
+    # work conservation: limits are unlimited and nothing else constrains a 1-GPU single pod, so one
+    # may be left pending only when no GPU is left free
+    left = inv.free_gpus - bound_gpus
+    waiting = [g for g, n in inv.group_pods.items()
+               if g not in group_binds and n == 1 and inv.group_min[g] == 1]
+    if left > 0 and waiting:
+        failures.append(f"{len(waiting)} 1-GPU pods left pending with {left} GPUs free, e.g. {waiting[0]}")
+
+    # equal queues (same quota, weight and demand) come out equal, within one gang
+    if cluster.balanced_queues:
+        per_queue: Counter[str] = Counter(dict.fromkeys(inv.group_queue.values(), 0))
+        for g, n in group_binds.items():
+            per_queue[inv.group_queue[g]] += n
+        biggest = max((inv.group_min[g] for g in inv.group_pods), default=1)
+        if per_queue and max(per_queue.values()) - min(per_queue.values()) > biggest:
+            failures.append(f"unequal shares of equal queues: binds per queue range "
+                            f"{min(per_queue.values())}..{max(per_queue.values())}")
+    return failures
+
+
+# -------------------------------------------------------------------------------------- measurement
+
+
+@dataclass(slots=True)
+class Measurement:
+    scenario: str
+    description: str
+    smoke: bool
+    actions: str
+    nodes: int
+    gpus: int
+    free_gpus: int
+    pods: int  # every pod in the cluster
+    pending_pods: int  # the pods the cycle has to place
+    pending_groups_before: int
+    objects: int
+    gen_s: float
+    walls_s: list[float]
+    binds: int
+    pending_groups: int  # PodGroups still Pending after the cycle
+    traced_peak_mib: float | None
+    rss_gen_mib: float
+    rss_peak_mib: float
+    failures: list[str]
+
+    @property
+    def best_s(self) -> float:
+        return min(self.walls_s)
+
+    @property
+    def pods_per_s(self) -> float:
+        return self.pending_pods / self.best_s if self.best_s > 0 else float("inf")
+
+    @property
+    def binds_per_s(self) -> float:
+        return self.binds / self.best_s if self.best_s > 0 else float("inf")
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(best_s=self.best_s, pods_per_s=self.pods_per_s, binds_per_s=self.binds_per_s)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Measurement:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+
+def _binds_key(result: kaisched.CycleResult) -> list[tuple[str, str]]:
+    return [(b.pod, b.node) for b in result.binds]
+
+
+def traced_peak_mib(objects: list[Obj], config: Mapping[str, Any] | None) -> float:
+    """Peak of the Python allocations made during one cycle (objects generated before are not counted)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        kaisched.schedule(objects, config, NOW)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / MIB
+
+
+def measure(scenario: str, *, smoke: bool = False, repeat: int = 3, actions: str = "allocate",
+            trace_memory: bool = True) -> Measurement:
+    """Generate the scenario, time ``repeat`` cycles (keeping the best), check the outcome, and measure
+    the memory of one more, traced, cycle."""
+    config = scheduler_config(actions)
+    cluster, gen_s = generate(scenario, smoke)
+    inv = Inventory.of(cluster.objects)
+    rss_gen = max_rss_mib()
+
+    walls: list[float] = []
+    failures: list[str] = []
+    first: list[tuple[str, str]] | None = None
+    result: kaisched.CycleResult | None = None
+    for _ in range(max(1, repeat)):
+        result = None  # let the previous cycle's result go before the next one runs
+        gc.collect()
+        t0 = time.perf_counter()
+        result = kaisched.schedule(cluster.objects, config, NOW)
+        walls.append(time.perf_counter() - t0)
+        key = _binds_key(result)
+        if first is None:
+            first = key
+        elif key != first:
+            failures.append("binds differ between repetitions of the same cycle")
+    assert result is not None
+    rss_peak = max_rss_mib()
+
+    failures += check(cluster, inv, result)
+    pending_after = sum(1 for g in result.pod_groups if g.status == "Pending")
+    binds = len(result.binds)
+    result = None
+    traced = traced_peak_mib(cluster.objects, config) if trace_memory else None
+    return Measurement(
+        scenario=scenario,
+        description=cluster.description,
+        smoke=smoke,
+        actions=actions,
+        nodes=len(inv.node_gpus),
+        gpus=inv.total_gpus,
+        free_gpus=inv.free_gpus,
+        pods=len(inv.pending_pods) + sum(inv.used_pods.values()),
+        pending_pods=len(inv.pending_pods),
+        pending_groups_before=len(inv.group_pods),
+        objects=len(cluster.objects),
+        gen_s=gen_s,
+        walls_s=walls,
+        binds=binds,
+        pending_groups=pending_after,
+        traced_peak_mib=traced,
+        rss_gen_mib=rss_gen,
+        rss_peak_mib=rss_peak,
+        failures=failures,
+    )
+
+
+# --------------------------------------------------------------------------------------- reporting
+
+
+COLUMNS: Final = ("scenario", "nodes", "GPUs", "pods", "pending", "gen s", "wall s", "binds", "pending PG",
+                  "traced MiB", "RSS MiB", "pods/s", "binds/s", "check")
+
+
+def table_rows(results: list[Measurement]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for m in results:
+        rows.append((
+            m.scenario,
+            f"{m.nodes:,}",
+            f"{m.gpus:,}",
+            f"{m.pods:,}",
+            f"{m.pending_pods:,}",
+            f"{m.gen_s:.3f}",
+            f"{m.best_s:.3f}",
+            f"{m.binds:,}",
+            f"{m.pending_groups:,}",
+            "-" if m.traced_peak_mib is None else f"{m.traced_peak_mib:.1f}",
+            f"{m.rss_peak_mib:.1f}",
+            f"{m.pods_per_s:,.0f}",
+            f"{m.binds_per_s:,.0f}",
+            "ok" if m.ok else "FAIL",
+        ))
+    return rows
+
+
+def format_table(results: list[Measurement]) -> str:
+    rows = [COLUMNS, *table_rows(results)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+
+    def line(r: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+
+    out = [line(rows[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows[1:]]
+    return "\n".join(out)
+
+
+def format_report(results: list[Measurement], repeat: int) -> str:
+    lines = [format_table(results), ""]
+    lines.append(f"wall s: best of {repeat} calls of kaisched.schedule(); gen s: building the object list; "
+                 "pending PG: PodGroups still Pending after the cycle;")
+    lines.append("traced MiB: tracemalloc peak of one cycle; RSS MiB: process peak (ru_maxrss); "
+                 "pods/s: pending pods / wall s.")
+    for m in results:
+        lines.append(f"  {m.scenario}: {m.description}")
+        for f in m.failures:
+            lines.append(f"    FAIL {f}")
+    full = [m for m in results if not m.smoke]
+    if full:
+        met = [m for m in full if m.best_s < TARGET_S]
+        verdict = "met" if len(met) == len(full) else "NOT met"
+        slow = ", ".join(f"{m.scenario} {m.best_s:.2f} s" for m in full if m.best_s >= TARGET_S)
+        lines.append(f"target < {TARGET_S:g} s per full-size cycle: {verdict}" + (f" ({slow})" if slow else ""))
+    return "\n".join(lines)

@@ -1,0 +1,238 @@
+"""Deterministic generators of benchmark clusters (lists of Kubernetes object dicts).
+
+Every generator is a pure function of its size arguments: no randomness, no clock. The timed
+repetitions reuse one generated list (``kaisched.schedule`` never mutates its input; if it did, the
+binds would likely differ between repetitions, which the benchmark reports as a failure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+Obj = dict[str, Any]
+
+NAMESPACE: Final = "bench"
+SCHEDULER_NAME: Final = "kai-scheduler"
+PRIORITY_CLASS: Final = "train"
+GPUS_PER_NODE: Final = 8
+NODE_CPU_CORES: Final = 128
+NODE_MEMORY: Final = "1Ti"
+NODE_MAX_PODS: Final = 110
+POD_CPU: Final = "8"  # 8 GPUs x 8 cores = 64 of 128 cores: CPU never runs out before GPUs
+POD_MEMORY: Final = "64Gi"  # 8 x 64 GiB = 512 GiB of 1 TiB
+PARENT_QUEUES: Final = ("org-a", "org-b")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One generated cluster plus what the sanity checks cannot read off the objects themselves."""
+
+    name: str
+    description: str
+    objects: list[Obj]
+    # exact number of binds a correct scheduler makes on this cluster, when it is known
+    expected_binds: int | None = None
+    # every leaf queue has the same quota, weight and demand: binds per queue must come out equal
+    # (within one gang)
+    balanced_queues: bool = False
+
+
+# ------------------------------------------------------------------------------------ object makers
+
+
+def node(name: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {
+                "cpu": str(NODE_CPU_CORES),
+                "memory": NODE_MEMORY,
+                "nvidia.com/gpu": str(GPUS_PER_NODE),
+                "pods": str(NODE_MAX_PODS),
+            },
+        },
+    }
+
+
+def _resources(gpu_quota: float) -> dict[str, dict[str, float]]:
+    return {
+        "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
+        "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+    }
+
+
+def queue(name: str, parent: str | None, gpu_quota: float) -> Obj:
+    spec: Obj = {"resources": _resources(gpu_quota)}
+    if parent is not None:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def pod_group(name: str, queue_name: str, min_member: int) -> Obj:
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"queue": queue_name, "minMember": min_member, "priorityClassName": PRIORITY_CLASS},
+    }
+
+
+def pod(name: str, group: str, gpus: int = 1, node_name: str | None = None) -> Obj:
+    """A pod of ``group``; Pending unless ``node_name`` is given, then Running on that node."""
+    spec: Obj = {
+        "schedulerName": SCHEDULER_NAME,
+        "containers": [
+            {
+                "name": "main",
+                "image": "trainer:latest",
+                "resources": {
+                    "requests": {"cpu": POD_CPU, "memory": POD_MEMORY, "nvidia.com/gpu": str(gpus)},
+                    "limits": {"nvidia.com/gpu": str(gpus)},
+                },
+            },
+        ],
+    }
+    status: Obj = {"phase": "Pending"}
+    if node_name is not None:
+        spec["nodeName"] = node_name
+        status = {"phase": "Running"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": {"pod-group-name": group}},
+        "spec": spec,
+        "status": status,
+    }
+
+
+# ---------------------------------------------------------------------------------- building blocks
+
+
+def node_names(count: int) -> list[str]:
+    return [f"node-{i:05d}" for i in range(count)]
+
+
+def leaf_queue_names(count: int) -> list[str]:
+    return [f"team-{i:02d}" for i in range(count)]
+
+
+def queues(leaves: int, total_gpus: int) -> list[Obj]:
+    """Two parent queues, ``leaves`` leaf queues alternating between them.
+
+    Each leaf deserves 3/4 of an equal share of the cluster's GPUs (so a quarter of the cluster is
+    over-quota capacity, handed out by overQuotaWeight 1); each parent deserves the sum of its leaves.
+    """
+    names = leaf_queue_names(leaves)
+    leaf_quota = (total_gpus * 3 // 4) // leaves
+    per_parent = dict.fromkeys(PARENT_QUEUES, 0)
+    leaf_objs: list[Obj] = []
+    for i, name in enumerate(names):
+        parent = PARENT_QUEUES[i % len(PARENT_QUEUES)]
+        per_parent[parent] += leaf_quota
+        leaf_objs.append(queue(name, parent, leaf_quota))
+    return [queue(p, None, per_parent[p]) for p in PARENT_QUEUES] + leaf_objs
+
+
+def add_single_pods(objs: list[Obj], prefix: str, count: int, queue_list: list[str]) -> None:
+    """``count`` single-GPU pods, each its own PodGroup (minMember 1), round-robin over the queues."""
+    for i in range(count):
+        group = f"{prefix}-{i:06d}"
+        objs.append(pod_group(group, queue_list[i % len(queue_list)], 1))
+        objs.append(pod(f"{group}-0", group))
+
+
+def add_gangs(objs: list[Obj], prefix: str, count: int, size: int, queue_list: list[str]) -> None:
+    """``count`` gangs of ``size`` single-GPU pods (minMember ``size``), round-robin over the queues."""
+    for i in range(count):
+        group = f"{prefix}-{i:06d}"
+        objs.append(pod_group(group, queue_list[i % len(queue_list)], size))
+        objs.extend(pod(f"{group}-{p}", group) for p in range(size))
+
+
+def base(nodes: int, leaves: int) -> list[Obj]:
+    """The nodes and the queue tree every scenario shares."""
+    return [node(n) for n in node_names(nodes)] + queues(leaves, nodes * GPUS_PER_NODE)
+
+
+# ------------------------------------------------------------------------------------------ scenarios
+
+
+def single_gpu_pods(nodes: int = 1000, pods: int = 10_000, leaves: int = 20) -> Cluster:
+    """(a) ``pods`` pending single-GPU pods, one PodGroup (minMember 1) each, in ``leaves`` queues."""
+    objs = base(nodes, leaves)
+    add_single_pods(objs, "single", pods, leaf_queue_names(leaves))
+    return Cluster(
+        name="single",
+        description=f"{pods:,} pending 1-GPU pods (one PodGroup each), {leaves} queues",
+        objects=objs,
+        expected_binds=min(pods, nodes * GPUS_PER_NODE),
+        balanced_queues=pods % leaves == 0,
+    )
+
+
+def gangs_of_eight(nodes: int = 1000, gangs: int = 1000, leaves: int = 20, size: int = 8) -> Cluster:
+    """(b) ``gangs`` pending gangs of ``size`` 1-GPU pods (minMember ``size``) in ``leaves`` queues."""
+    objs = base(nodes, leaves)
+    add_gangs(objs, "gang", gangs, size, leaf_queue_names(leaves))
+    return Cluster(
+        name="gangs",
+        description=f"{gangs:,} pending gangs of {size} 1-GPU pods, {leaves} queues",
+        objects=objs,
+        expected_binds=min(gangs * size, nodes * GPUS_PER_NODE) // size * size,
+        balanced_queues=gangs % leaves == 0,
+    )
+
+
+# GPUs held by Running pods on each node, cycled over the nodes: mean 2.4 of 8 = 30 % of all GPUs,
+# and every node is partly used.
+RUNNING_PATTERN: Final = (2, 3, 2, 3, 2)
+
+
+def mixed(nodes: int = 1000, leaves: int = 20, singles: int = 3000, gangs4: int = 500,
+          gangs8: int = 125) -> Cluster:
+    """(c) 30 % of GPUs held by Running pods (one running PodGroup per node, 2-3 pods), plus pending
+    1-GPU pods and 4- and 8-pod gangs that ask for somewhat more GPUs than are free."""
+    leaf_names = leaf_queue_names(leaves)
+    objs = base(nodes, leaves)
+    running = 0
+    for i, n in enumerate(node_names(nodes)):
+        count = RUNNING_PATTERN[i % len(RUNNING_PATTERN)]
+        running += count
+        group = f"running-{i:06d}"
+        objs.append(pod_group(group, leaf_names[i % leaves], count))
+        objs.extend(pod(f"{group}-{p}", group, node_name=n) for p in range(count))
+    add_single_pods(objs, "single", singles, leaf_names)
+    add_gangs(objs, "gang4", gangs4, 4, leaf_names)
+    add_gangs(objs, "gang8", gangs8, 8, leaf_names)
+    asked = singles + 4 * gangs4 + 8 * gangs8
+    return Cluster(
+        name="mixed",
+        description=(f"{100 * running // (nodes * GPUS_PER_NODE)}% of GPUs Running; {singles:,} 1-GPU pods, "
+                     f"{gangs4:,} 4-gangs, {gangs8:,} 8-gangs pending ({asked:,} GPUs asked, "
+                     f"{nodes * GPUS_PER_NODE - running:,} free)"),
+        objects=objs,
+    )
+
+
+Generator = Callable[[], Cluster]
+
+#: Issue sizes: 1,000 nodes x 8 GPUs.
+FULL: Final[dict[str, Generator]] = {
+    "single": lambda: single_gpu_pods(nodes=1000, pods=10_000),
+    "gangs": lambda: gangs_of_eight(nodes=1000, gangs=1000),
+    "mixed": lambda: mixed(nodes=1000, singles=3000, gangs4=500, gangs8=125),
+}
+
+#: CI sizes: the same shapes on 20 nodes, a few milliseconds each.
+SMOKE: Final[dict[str, Generator]] = {
+    "single": lambda: single_gpu_pods(nodes=20, pods=200),
+    "gangs": lambda: gangs_of_eight(nodes=20, gangs=20),
+    "mixed": lambda: mixed(nodes=20, singles=60, gangs4=10, gangs8=3),
+}
+
+SCENARIOS: Final = tuple(FULL)
