@@ -570,3 +570,156 @@ def test_result_to_dict_shape():
     assert data["binds"] == [{"pod": "default/j-0", "node": "n1", "gpuGroups": []}]
     assert data["podGroups"][0]["name"] == "default/j"
     assert data["podGroups"][0]["status"] == "Allocated"
+
+
+# ------------------------------------------------------------------------------ more ordering rules
+def test_jobs_below_their_minimum_go_before_growing_elastic_jobs():
+    # 'a' is older, gets its first pod, then waits behind 'b' (below its minimum) for its next one
+    result = run(node("n1", 2), queue("q"),
+                 job("a", 3, min_member=1, gpus=1, created="2025-01-01T00:00:00Z"),
+                 job("b", 1, gpus=1, created="2025-01-01T01:00:00Z"))
+    assert binds(result) == {"default/a-0": "n1", "default/b-0": "n1"}
+    assert status(result, "a").status == "Allocated"
+    assert status(result, "b").status == "Allocated"
+
+
+def test_task_priority_label_orders_pods_within_a_job():
+    objs = flatten(node("n1", 1), queue("q"), pod_group("e", "default", "q", 1),
+                   pod("e-0", group="e", gpus=1),
+                   pod("e-1", group="e", gpus=1, labels={"kai.scheduler/task-priority": "5"}),
+                   pod("e-2", group="e", gpus=1, labels={"kai.scheduler/task-priority": "9"}))
+    assert binds(kaisched.schedule(objs, now=NOW)) == {"default/e-2": "n1"}
+
+
+def test_kubeflow_master_goes_first():
+    objs = flatten(node("n1", 1), queue("q"), pod_group("e", "default", "q", 1),
+                   pod("e-0", group="e", gpus=1),
+                   pod("e-1", group="e", gpus=1, labels={"training.kubeflow.org/job-role": "master"}))
+    assert binds(kaisched.schedule(objs, now=NOW)) == {"default/e-1": "n1"}
+
+
+def test_nominated_node_wins_over_binpacking():
+    nominated = pod("p", group="p", gpus=1)
+    nominated["status"]["nominatedNodeName"] = "n2"
+    result = run(node("n1", 8), node("n2", 8), queue("q"), running("r", "n1", gpus=4),
+                 pod_group("p", "default", "q", 1), nominated)
+    assert binds(result) == {"default/p": "n2"}
+
+
+def test_queue_order_compares_siblings_at_every_level():
+    # leaf 'a' has the highest priority, but its department loses to dept-b at the top level
+    result = run(
+        node("n1", 8),
+        queue("dept-a", priority=100), queue("a", "dept-a", priority=300),
+        queue("dept-b", priority=200), queue("b", "dept-b", priority=100),
+        job("ja", 1, queue="a", gpus=8, created="2025-01-01T00:00:00Z"),
+        job("jb", 1, queue="b", gpus=8, created="2025-01-01T01:00:00Z"),
+    )
+    assert binds(result) == {"default/jb-0": "n1"}
+
+
+# --------------------------------------------------------------------------------- pod statuses
+def test_bound_but_not_running_pods_hold_their_resources():
+    result = run(node("n1", 8), queue("q"), pod_group("b", "default", "q", 1),
+                 pod("b-0", group="b", gpus=6, node="n1", phase="Pending"), job("j", 1, gpus=4))
+    assert result.binds == []
+    assert status(result, "b").status == "Running"
+    assert status(result, "j").reason == "PodSchedulingErrors"
+
+
+def test_finished_pods_free_their_resources():
+    result = run(node("n1", 8), queue("q"), pod_group("done", "default", "q", 1),
+                 pod("done-0", group="done", gpus=8, node="n1", phase="Succeeded"), job("j", 1, gpus=8))
+    assert binds(result) == {"default/j-0": "n1"}
+    assert result.pod_group("default/done") is None  # a finished PodGroup gets no status
+
+
+def test_gated_pods_make_the_job_not_ready():
+    gated = job("gt", 2, gpus=1)
+    gated[2]["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    result = run(node("n1", 8), queue("q"), gated)
+    assert result.binds == []
+    st = status(result, "gt")
+    assert st.reason == "NotReady"
+    assert st.message == "Job is not ready for scheduling. Waiting for 2 pods, currently 2 exist, 1 are gated"
+
+
+def test_bare_pod_goes_to_the_default_queue():
+    result = run(node("n1", 8), pod("bare", gpus=1))
+    assert binds(result) == {"default/bare": "n1"}
+    [group] = result.pod_groups
+    assert group.queue == "default-queue"
+    assert group.status == "Allocated"
+    assert {q.name: q.parent for q in result.queues} == {"default-parent-queue": None,
+                                                        "default-queue": "default-parent-queue"}
+
+
+def test_init_containers_and_overhead_count_in_the_request():
+    p = pod("p", group="p", gpus=1, cpu=1)
+    p["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "30"}}}]
+    p["spec"]["overhead"] = {"cpu": "2"}
+    result = run(node("a", 8, cpu=16), node("b", 8, cpu=32), queue("q"), pod_group("p", "default", "q", 1), p)
+    assert binds(result) == {"default/p": "b"}  # needs max(1, 30) + 2 = 32 cores
+    assert queue_status(result, "q").allocated["cpu"] == 32000
+
+
+def test_limits_only_gpu_request_counts():
+    p = pod("p", group="p", gpus=0)
+    p["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "4"}
+    result = run(node("a", 2), node("b", 4), queue("q"), pod_group("p", "default", "q", 1), p)
+    assert binds(result) == {"default/p": "b"}
+
+
+# ----------------------------------------------------------------------------------------- subgroups
+def _subgroup_job(mins: dict[str, int], pods: dict[str, int], gpus: int) -> list[dict]:
+    pg = pod_group("sg", "default", "q", 1)
+    pg["spec"]["subGroups"] = [{"name": n, "minMember": m} for n, m in mins.items()]
+    out = [pg]
+    for sg, n in pods.items():
+        out += [pod(f"sg-{sg}{i}", group="sg", gpus=gpus, labels={"kai.scheduler/subgroup-name": sg})
+                for i in range(n)]
+    return out
+
+
+def test_every_sub_group_must_reach_its_minimum():
+    objs = _subgroup_job({"a": 2, "b": 1}, {"a": 2, "b": 1}, gpus=2)
+    assert run(node("n1", 4), queue("q"), objs).binds == []
+    assert len(run(node("n1", 6), queue("q"), objs).binds) == 3
+
+
+def test_sub_group_gang_message():
+    result = run(node("n1", 4), queue("q"), _subgroup_job({"a": 2, "b": 1}, {"a": 2, "b": 1}, gpus=2))
+    st = status(result, "sg")
+    assert st.reason == "PodSchedulingErrors"
+    assert "while sub-group b requires 1 pods for gang scheduling" in st.message
+
+
+# ------------------------------------------------------------------------------- suspected bugs
+def test_gang_message_counts_pods_found_in_this_attempt():
+    # minMember 3: one pod already runs, one more fits, the third does not
+    result = run(node("n1", 8), node("n2", 4), queue("q"), pod_group("g", "default", "q", 3),
+                 pod("g-0", group="g", gpus=4, node="n2"), pod("g-1", group="g", gpus=8),
+                 pod("g-2", group="g", gpus=8))
+    assert result.binds == []
+    assert status(result, "g").message.startswith(
+        "Resources were found for 1 pods while 3 are required for gang scheduling.")
+
+
+def test_sub_groups_of_one_pod_each_get_the_per_pod_message():
+    result = run(node("n1", 2), queue("q"), _subgroup_job({"a": 1, "b": 1}, {"a": 1, "b": 1}, gpus=2))
+    assert result.binds == []
+    assert status(result, "sg").message.startswith("Resources were not found for pod default/sg-b0 due to:")
+
+
+def test_terminating_pod_group_is_not_explained_as_not_ready():
+    result = run(node("n1", 8), queue("q"), running("old", "n1", gpus=8, deleting=True))
+    assert status(result, "old").reason is None
+
+
+def test_queue_memory_is_in_megabytes():
+    # limit 2000 MB = 2e9 bytes: 1900M and 2G fit, 2Gi (2.147e9 bytes) does not
+    for memory, fits in (("1900M", True), ("2G", True), ("2Gi", False)):
+        result = run(node("n1", 8), queue("q", memory_limit=2000), job("j", 1, memory=memory))
+        assert bool(result.binds) is fits, memory
+    result = run(node("n1", 8), queue("q", memory_limit=2000), job("j", 1, memory="2Gi"))
+    assert status(result, "j").message.startswith("q quota has reached the allowable limit of memory. Limit is 2 GB")

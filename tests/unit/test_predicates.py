@@ -289,7 +289,7 @@ def test_pod_bigger_than_any_node():
 def test_pod_needing_gpus_in_cluster_without_gpus():
     got, message = place([node("a", 0)], gpus=1)
     assert got is None
-    assert "No node in the default node-pool has GPUs resources" in message
+    assert "No node in the default node-pool has GPU resources" in message
 
 
 def test_cpu_and_memory_fit():
@@ -330,3 +330,36 @@ def test_fit_error_histogram_names_every_missing_resource():
     assert "1 node(s) didn't have enough resources: GPUs, CPU cores" in message
     assert "1 node(s) didn't have enough resources: CPU cores" in message
     assert "1 node(s) didn't have enough resources: GPUs." in message
+
+
+def test_max_node_resources_message_matches_kai():
+    _, message = place([node("a", 8, cpu=64)], gpus=16)
+    assert "The pod default/p-0 requires " in message
+    assert "Max GPU resources available in a single node in the default node-pool is topped at 8" in message
+    _, message = place([node("a", 8, cpu=64)], gpus=0, cpu=100)
+    assert "Max CPU resources available in a single node in the default node-pool is topped at 64 cores" in message
+
+
+def test_detailed_fit_errors_add_one_line_per_node():
+    objs = flatten(node("a", 8), node("b", 8, unschedulable=True), queue("q"),
+                   other_running("r", "a", gpus=6), job("p", 1, gpus=4))
+    plain = status(kaisched.schedule(objs, now=NOW), "p").message
+    assert "capacity" not in plain
+    detailed = status(kaisched.schedule(objs, config={"params": {"detailed-fit-errors": True}}, now=NOW), "p").message
+    assert detailed.startswith(plain)
+    assert "\na: Node didn't have enough resources: GPUs, requested: 4, used: 6, capacity: 8" in detailed
+    assert "\nb: node(s) were unschedulable" in detailed
+
+
+def test_failed_gang_releases_its_ports_and_affinity_for_later_jobs():
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [pod_term({"app": "web"})]}}
+    result = run(
+        node("a"), node("b"), queue("q"),
+        job("gang", 3, gpus=1, host_port=7000, created="2025-01-01T00:00:00Z"),  # only 2 nodes: fails
+        job("web", 2, gpus=1, labels={"app": "web"}, affinity=anti, created="2025-01-01T01:00:00Z"),
+        job("solo", 1, gpus=1, host_port=7000, created="2025-01-01T02:00:00Z"),
+    )
+    placed = binds(result)
+    assert not any(k.startswith("default/gang-") for k in placed)
+    assert sorted(placed[f"default/web-{i}"] for i in range(2)) == ["a", "b"]
+    assert "default/solo-0" in placed

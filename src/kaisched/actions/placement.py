@@ -123,15 +123,20 @@ def place_task(ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: 
     return None
 
 
-def gang_message(job: PodGroupInfo, task: TaskInfo, placed: int, detail: str) -> str:
+def gang_message(job: PodGroupInfo, task: TaskInfo, placed: list[TaskInfo], detail: str) -> str:
+    """KAI's job fit error for a task that found no node (spec 4.8).
+
+    ``placed`` are the tasks placed earlier in this attempt; the count is those of the task's pod set.
+    """
     ps = job.pod_sets[task.pod_set]
-    already = ps.active_allocated
-    if already >= ps.min_available or (len(job.pod_sets) == 1 and ps.min_available <= 1):
+    is_gang = any(p.min_available > 1 for p in job.pod_sets.values())
+    if not is_gang or ps.active_used >= ps.min_available:
         return f"Resources were not found for pod {task.key} due to: {detail}"
+    found = sum(1 for t in placed if t.pod_set == ps.name)
     if len(job.pod_sets) == 1:
-        return (f"Resources were found for {already} pods while {ps.min_available} are required for gang "
+        return (f"Resources were found for {found} pods while {ps.min_available} are required for gang "
                 f"scheduling. Additional pods cannot be scheduled due to: {detail}")
-    return (f"Resources were found for {already} pods from all sub-groups while sub-group {ps.name} requires "
+    return (f"Resources were found for {found} pods from all sub-groups while sub-group {ps.name} requires "
             f"{ps.min_available} pods for gang scheduling. Additional pods cannot be scheduled in this sub-group "
             f"due to: {detail}")
 
@@ -153,7 +158,7 @@ def allocate_job(ssn: Session, job: PodGroupInfo, stmt: Statement, *, pipeline_o
     for i, task in enumerate(tasks):
         detail = place_task(ssn, task, stmt, pipeline_only=pipeline_only)
         if detail is not None:
-            message = gang_message(job, task, i, detail)
+            message = gang_message(job, task, tasks[:i], detail)
             stmt.rollback(checkpoint)
             job.fit_errors = [FitError("PodSchedulingErrors", message)]
             return False

@@ -162,7 +162,7 @@ class SchedulerConfig:
             if key not in known:
                 raise ConfigError(f"{key}: unknown configuration field (known: {', '.join(sorted(known))})")
         actions: tuple[str, ...] = DEFAULT_ACTIONS
-        explicit = raw.get("actions") is not None
+        explicit = raw.get("actions") not in (None, "", [])  # empty: KAI's default list
         if explicit:
             value = raw["actions"]
             if isinstance(value, str):
@@ -172,7 +172,7 @@ class SchedulerConfig:
             else:
                 raise ConfigError("actions: expected a comma separated string of action names")
         tiers: tuple[tuple[PluginOption, ...], ...] = (DEFAULT_PLUGINS,)
-        if raw.get("tiers") is not None:
+        if raw.get("tiers"):  # missing or empty: KAI's default plugins (ResolveConfigurationFromFile)
             tiers = _parse_tiers(raw["tiers"])
         depth: dict[str, int] = {}
         if raw.get("queueDepthPerAction") is not None:

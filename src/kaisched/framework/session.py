@@ -193,7 +193,7 @@ class Session:
             status = "Pending"
         reason: str | None = None
         message: str | None = None
-        if has_pending or status == "Pending":
+        if has_pending or not tasks:  # like KAI, only jobs with Pending/Gated pods (or none yet) are explained
             error = self.pending_reason(job)
             if error is not None:
                 reason, message = error.reason, error.message

@@ -25,7 +25,7 @@ from kaisched.k8s.objects import (
 )
 from kaisched.model.job import FitError
 from kaisched.model.node import NodeInfo
-from kaisched.model.resources import CPU, MEMORY
+from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
 
@@ -126,9 +126,11 @@ def pod_matches_term(term: PodAffinityTerm, owner_namespace: str, pod: TaskInfo)
 
 def _amount(r: int, value: float) -> str:
     if r == CPU:
-        return f"{value / 1000:g}"
+        return f"{value / 1000:g} cores"
     if r == MEMORY:
-        return f"{value / 1e9:g}G"
+        return f"{value / 1e9:g} GB"
+    if r == GPU:
+        return f"{value:g} GPUs"
     return f"{value:g}"
 
 
@@ -168,16 +170,13 @@ class PredicatesPlugin(Plugin):
         too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
         if len(too_big) == 0:
             return None
-        res = self.ssn.snapshot.resources
         r = int(too_big[0])
-        what = res.describe(r)
+        what = {GPU: "GPU", CPU: "CPU", MEMORY: "memory"}.get(r, self.ssn.snapshot.resources.describe(r))
         if self._max_alloc[r] <= 0:
             msg = f"No node in the default node-pool has {what} resources"
         else:
-            amount = float(self._max_alloc[r])
-            shown = _amount(r, amount)
-            msg = (f"Max {what} resources available in a single node in the default node-pool is topped at "
-                   f"{shown}, but pod {task.key} requests {_amount(r, float(task.req[r]))}")
+            msg = (f"The pod {task.key} requires {_amount(r, float(task.req[r]))}. Max {what} resources available in "
+                   f"a single node in the default node-pool is topped at {_amount(r, float(self._max_alloc[r]))}")
         return FitError("PodSchedulingErrors", msg)
 
     # ---- static -----------------------------------------------------------------------------------
