@@ -284,7 +284,7 @@ class ProportionPlugin(Plugin):
             for q in leaf.path:
                 for r in range(3):
                     d = q.deserved[r]
-                    if d != UNLIMITED and requested[r] > 0 and q.allocated_non_preemptible[r] + requested[r] > d + EPS:
+                    if d != UNLIMITED and q.allocated_non_preemptible[r] + requested[r] > d + EPS:
                         return FitError(
                             "NonPreemptibleOverQuota",
                             f"Non-preemptible workload is over quota. Workload requested {_fmt(r, requested[r])}, "
