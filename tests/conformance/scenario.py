@@ -395,11 +395,14 @@ def mig_gpus(profile: str) -> int:
 
 
 def conformance_dir() -> Path:
-    """The scenario folder: $KAISCHED_CONFORMANCE_DIR, else <repo>/../shared/conformance/kai."""
+    """The scenario folder: $KAISCHED_CONFORMANCE_DIR, else <repo>/../shared/conformance/kai, else the
+    workplace's /work/shared/conformance/kai (a clone made elsewhere, e.g. in /tmp)."""
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "conformance" / "kai"
+    beside = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "kai"
+    workplace = Path("/work/shared/conformance/kai")
+    return beside if beside.is_dir() or not workplace.is_dir() else workplace
 
 
 def scenario_files(directory: Path) -> list[Path]:
