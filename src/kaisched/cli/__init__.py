@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from kaisched.cli.schedule import schedule_command
@@ -17,4 +20,13 @@ cli.add_command(schedule_command)
 
 
 def main() -> None:
-    cli()
+    """Entry point: bad input is reported by the commands; an internal error never shows a traceback
+    unless ``KAISCHED_DEBUG=1``."""
+    try:
+        cli(standalone_mode=True)
+    except Exception as exc:  # only internal errors get here: click handles usage errors itself
+        if os.environ.get("KAISCHED_DEBUG"):
+            raise
+        click.echo(f"kaisched: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo("This is a bug in kaisched; run again with KAISCHED_DEBUG=1 to see the traceback.", err=True)
+        sys.exit(3)
