@@ -19,12 +19,16 @@ from kaisched.framework.plugin import (
     TaskKey,
 )
 from kaisched.framework.result import CycleResult, Eviction, Placement, PodGroupStatus
+from kaisched.framework.scenario import Scenario
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.snapshot import Snapshot
 from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
 from kaisched.model.task import TaskInfo
 
 PodSetKey = Callable[[PodSetInfo], object]
+VictimFilter = Callable[[PodGroupInfo, PodGroupInfo], bool]  # (pending job, victim job) -> keep victim
+ScenarioValidator = Callable[[Scenario], bool]
+JobPredicate = Callable[[PodGroupInfo], bool]
 
 
 def rfc3339(ts: datetime | None) -> str | None:
@@ -55,6 +59,13 @@ class Session:
         self.queue_order: QueueOrder | None = None
         self.queue_reporter: QueueReporter | None = None
         self.job_capacity_check: JobCapacityCheck | None = None
+        # eviction actions (spec 4.9-4.14): all filters/validators must agree; CanReclaim: first registered
+        self.reclaim_victim_filters: list[VictimFilter] = []
+        self.preempt_victim_filters: list[VictimFilter] = []
+        self.reclaim_scenario_validators: list[ScenarioValidator] = []
+        self.preempt_scenario_validators: list[ScenarioValidator] = []
+        self.can_reclaim_resources: JobPredicate | None = None
+        self.job_solution_start_handlers: list[Callable[[PodGroupInfo], None]] = []
         # predicate reason texts: code -> text (code 0 = passes)
         self._reasons: list[str] = [""]
         self._reason_codes: dict[str, int] = {}
@@ -83,6 +94,10 @@ class Session:
     def set_job_capacity_check(self, fn: JobCapacityCheck) -> None:
         if self.job_capacity_check is None:
             self.job_capacity_check = fn
+
+    def set_can_reclaim_resources(self, fn: JobPredicate) -> None:
+        if self.can_reclaim_resources is None:
+            self.can_reclaim_resources = fn
 
     def set_queue_reporter(self, reporter: QueueReporter) -> None:
         if self.queue_reporter is None:
