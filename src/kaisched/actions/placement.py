@@ -84,8 +84,11 @@ def _show(r: int, value: float) -> str:
     return f"{value:g}"
 
 
-def place_task(ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool) -> str | None:
-    """Place one task; returns None on success or the fit-error text."""
+def place_task(
+    ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool = True,
+    node_mask: npt.NDArray[np.bool_] | None = None,
+) -> str | None:
+    """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off)."""
     for pre in ssn.pre_predicates:
         err = pre(task)
         if err is not None:
@@ -98,15 +101,14 @@ def place_task(ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: 
         codes = c.copy() if codes is None else np.where(codes == 0, c, codes)
     nodes = ssn.nodes
     fit = nodes.fits(task.req, with_releasing=True)
+    if node_mask is not None:
+        fit &= node_mask
     if codes is not None:
         fit &= codes == 0
     indices = np.flatnonzero(fit)
     if len(indices) == 0:
-        return fit_error_histogram(ssn, task, codes)
-    if pipeline_only:
-        fits_idle = np.zeros(len(indices), dtype=np.bool_)
-    else:
-        fits_idle = nodes.fits(task.req, with_releasing=False)[indices]
+        return fit_error_histogram(ssn, task, codes) if explain else ""
+    fits_idle = nodes.fits(task.req, with_releasing=False)[indices]
     cands = NodeCandidates(indices, fits_idle)
     if len(indices) == 1:
         best = 0
@@ -116,7 +118,7 @@ def place_task(ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: 
             scores += scorer(task, cands)
         best = int(np.argmax(scores))  # first maximum: the smallest node name among ties
     node = int(indices[best])
-    if fits_idle[best]:
+    if fits_idle[best] and not pipeline_only:
         stmt.allocate(task, node)
     else:
         stmt.pipeline(task, node)
@@ -141,26 +143,33 @@ def gang_message(job: PodGroupInfo, task: TaskInfo, placed: list[TaskInfo], deta
             f"due to: {detail}")
 
 
-def allocate_job(ssn: Session, job: PodGroupInfo, stmt: Statement, *, pipeline_only: bool = False) -> bool:
+def allocate_job(
+    ssn: Session, job: PodGroupInfo, stmt: Statement, *, pipeline_only: bool = False, explain: bool = True,
+    tasks: list[TaskInfo] | None = None, node_mask: npt.NDArray[np.bool_] | None = None,
+) -> bool:
     """Try to place the job's next tasks (the unsatisfied gang, or one elastic pod) within ``stmt``.
 
     On failure the job's fit error is recorded and the statement is rolled back to where it was.
     """
-    tasks = ssn.tasks_to_allocate(job)
+    if tasks is None:
+        tasks = ssn.tasks_to_allocate(job)
     if not tasks:
         return False
     if ssn.job_capacity_check is not None:
         err = ssn.job_capacity_check(job, tasks)
         if err is not None:
-            job.fit_errors = [err]
+            if explain:
+                job.fit_errors = [err]
             return False
     checkpoint = stmt.checkpoint()
     for i, task in enumerate(tasks):
-        detail = place_task(ssn, task, stmt, pipeline_only=pipeline_only)
+        detail = place_task(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
         if detail is not None:
             message = gang_message(job, task, tasks[:i], detail)
             stmt.rollback(checkpoint)
-            job.fit_errors = [FitError("PodSchedulingErrors", message)]
+            if explain:
+                job.fit_errors = [FitError("PodSchedulingErrors", message)]
             return False
-    job.fit_errors = []
+    if explain:
+        job.fit_errors = []
     return True

@@ -6,9 +6,14 @@ from collections.abc import Mapping
 
 from kaisched.actions.allocate import AllocateAction
 from kaisched.actions.base import Action
+from kaisched.actions.evicting import ConsolidationAction, PreemptAction, ReclaimAction
+from kaisched.actions.stalegangeviction import StaleGangEvictionAction
 from kaisched.framework.config import ConfigError, SchedulerConfig
 
-ACTIONS: Mapping[str, type[Action]] = {cls.name: cls for cls in (AllocateAction,)}
+ACTIONS: Mapping[str, type[Action]] = {
+    cls.name: cls
+    for cls in (AllocateAction, ConsolidationAction, ReclaimAction, PreemptAction, StaleGangEvictionAction)
+}
 KAI_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 
 

@@ -51,6 +51,11 @@ class QueueOrder(Protocol):
 
     def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]: ...
 
+    def victim_key(self, queue: str, removed: list[float], candidate: list[float]) -> tuple[object, ...]:
+        """Victim order (spec 4.5): the same criteria with ``removed`` (victims already taken from the
+        queue's subtree) and ``candidate`` (its next victim) subtracted; the LARGEST key goes first."""
+        ...
+
 
 class QueueReporter(Protocol):
     def report(self) -> list[QueueStatus]: ...

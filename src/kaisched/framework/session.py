@@ -74,6 +74,8 @@ class Session:
         self.pipelined: list[TaskInfo] = []
         self.evictions: list[Eviction] = []
         self.started_jobs: set[str] = set()
+        # uids of virtually evicted tasks that a victim simulation may place again (spec 4.4)
+        self.revivable: set[str] = set()
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:
@@ -134,7 +136,11 @@ class Session:
         for ps in ordered:
             if taken >= limit:
                 break
-            pending = [t for t in ps.tasks if t.status is TaskStatus.PENDING]
+            revivable = self.revivable
+            pending = [
+                t for t in ps.tasks
+                if t.status is TaskStatus.PENDING or (t.status is TaskStatus.RELEASING and t.uid in revivable)
+            ]
             if not pending:
                 continue
             pending.sort(key=self.task_order_key)

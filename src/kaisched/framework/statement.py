@@ -8,7 +8,7 @@ evictions).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kaisched.model.status import TaskStatus
@@ -22,6 +22,8 @@ class OpKind(enum.Enum):
     ALLOCATE = "allocate"
     PIPELINE = "pipeline"
     EVICT = "evict"
+    UNEVICT = "unevict"  # a virtually evicted task put back on its own node
+    MOVE = "move"  # a virtually evicted task pipelined onto another node (its old place keeps releasing)
 
 
 @dataclass(slots=True)
@@ -35,6 +37,7 @@ class Operation:
     action: str = ""
     preemptor: str = ""
     message: str = ""
+    ghost: TaskInfo | None = None  # move only: the releasing copy left on the old node
 
 
 class Statement:
@@ -49,7 +52,33 @@ class Statement:
         self._apply(Operation(OpKind.ALLOCATE, task, node, task.status, task.node), TaskStatus.ALLOCATED)
 
     def pipeline(self, task: TaskInfo, node: int) -> None:
+        if task.status is TaskStatus.RELEASING and self._evicted_here(task) is not None:
+            if node == task.node:
+                self._unevict(task)
+            else:
+                self._move(task, node)
+            return
         self._apply(Operation(OpKind.PIPELINE, task, node, task.status, task.node), TaskStatus.PIPELINED)
+
+    def _evicted_here(self, task: TaskInfo) -> Operation | None:
+        """The live eviction of ``task`` in this statement, if any."""
+        for op in reversed(self._ops):
+            if op.task is task:
+                return op if op.kind is OpKind.EVICT else None
+        return None
+
+    def _unevict(self, task: TaskInfo) -> None:
+        evict = self._evicted_here(task)
+        assert evict is not None
+        self._apply(Operation(OpKind.UNEVICT, task, task.node, task.status, task.node), evict.prev_status)
+
+    def _move(self, task: TaskInfo, node: int) -> None:
+        ssn = self.ssn
+        old = task.node
+        ghost = replace(task, uid=f"{task.uid}#releasing", job=None)
+        op = Operation(OpKind.MOVE, task, node, task.status, old, ghost=ghost)
+        self._apply(op, TaskStatus.PIPELINED)
+        ssn.nodes.add_task(ghost, old)  # the pod still holds its old place until it is deleted
 
     def evict(self, task: TaskInfo, *, action: str, preemptor: str, message: str) -> None:
         op = Operation(OpKind.EVICT, task, task.node, task.status, task.node, action, preemptor, message)
@@ -73,6 +102,8 @@ class Statement:
     def _undo(self, op: Operation) -> None:
         ssn = self.ssn
         task = op.task
+        if op.ghost is not None:
+            ssn.nodes.remove_task(op.ghost, op.prev_node)
         if task.node >= 0:
             ssn.nodes.remove_task(task, task.node)
         ssn.fire_deallocate(task)
@@ -126,8 +157,9 @@ class Statement:
                 ssn.nodes.add_task(task, task.node)
                 ssn.fire_allocate(task)
                 ssn.record_bind(task)
-            elif op.kind is OpKind.PIPELINE:
+            elif op.kind in (OpKind.PIPELINE, OpKind.MOVE):
                 ssn.record_pipeline(task)
-            else:
+            elif op.kind is OpKind.EVICT and task.status in (TaskStatus.RELEASING, TaskStatus.PIPELINED):
+                # an eviction undone by a later put-back is no eviction; a moved task is evicted and pipelined
                 ssn.record_eviction(task, op.action, op.preemptor, op.message)
         self._ops.clear()

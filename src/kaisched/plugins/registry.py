@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from kaisched.framework.config import ConfigError, PluginOption, SchedulerConfig
 from kaisched.framework.plugin import Plugin
 from kaisched.plugins.affinity_scoring import PodAffinityPlugin
+from kaisched.plugins.minruntime import MinRuntimePlugin
 from kaisched.plugins.ordering import (
     ElasticPlugin,
     KubeflowPlugin,
@@ -40,15 +41,15 @@ PLUGINS: Mapping[str, type[Plugin]] = {
         NominatedNodePlugin,
         NodePlacementPlugin,
         PodAffinityPlugin,
+        MinRuntimePlugin,
     )
 }
 
 # KAI plugins whose behaviour only concerns inputs this version does not schedule yet (shared GPUs,
-# topology constraints, DRA claims), the eviction actions, or KAI's HTTP debug endpoint. They are
+# topology constraints, DRA claims) or KAI's HTTP debug endpoint. They are
 # accepted in configurations so KAI's configs load unchanged; see docs/compatibility.md.
 ACCEPTED_WITHOUT_EFFECT = frozenset(
-    {"gpusharingorder", "gpupack", "gpuspread", "dynamicresources", "minruntime", "topology", "snapshot",
-     "reflectjoborder"}
+    {"gpusharingorder", "gpupack", "gpuspread", "dynamicresources", "topology", "snapshot", "reflectjoborder"}
 )
 
 

@@ -157,6 +157,13 @@ class ProportionPlugin(Plugin):
         ssn.set_queue_reporter(self)
         ssn.allocate_handlers.append(self.on_allocate)
         ssn.deallocate_handlers.append(self.on_deallocate)
+        # reclaim rules (spec 5.5); imported here because reclaim.py builds on this module
+        from kaisched.plugins.proportion.reclaim import ReclaimRules
+
+        self.reclaim = ReclaimRules(self.queues, self.total, self.saturation_multiplier, ssn)
+        ssn.set_can_reclaim_resources(self.reclaim.can_reclaim)
+        ssn.reclaim_scenario_validators.append(self.reclaim.validate)
+        ssn.job_solution_start_handlers.append(self.reclaim.on_job_solution_start)
 
     def _compute_fair_shares(self) -> None:
         inputs = [
@@ -247,6 +254,31 @@ class ProportionPlugin(Plugin):
             1 if penalty else 0,
             round(q.drf_share(extra), 12),
             round(q.drf_share(), 12),
+            q.sibling_rank,
+        )
+
+    def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
+        """Victim queue order (spec 4.5): :meth:`key` with the victims already taken and the next
+        candidate subtracted from the allocation; the caller takes the LARGEST key first (worst queue)."""
+        q = self.queues[queue]
+        alloc = q.allocated
+        after = [alloc[r] - removed[r] - candidate[r] for r in range(3)]
+        without = [alloc[r] - removed[r] for r in range(3)]
+        fair = q.fair_share
+        over_utilized = all(fair[r] < without[r] - EPS for r in range(3))
+        starved = _le(after, q.deserved)
+        penalty = any(q.alloc_share[r] == 0 and after[r] > 0 for r in range(3))
+        share_after = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(after, q.alloc_share,
+                                                                                         strict=True))
+        share_without = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(without, q.alloc_share,
+                                                                                           strict=True))
+        return (
+            1 if over_utilized else 0,
+            0 if starved else 1,
+            -q.priority,
+            1 if penalty else 0,
+            round(share_after, 12),
+            round(share_without, 12),
             q.sibling_rank,
         )
 

@@ -1,0 +1,171 @@
+"""The eviction actions (spec 4.10-4.12): reclaim, preempt and consolidation."""
+
+from __future__ import annotations
+
+from kaisched.actions.allocate import pending_jobs
+from kaisched.actions.base import Action
+from kaisched.actions.job_queue import JobsQueue
+from kaisched.actions.solver import MessageFn, Validator, VictimSolver
+from kaisched.framework.scenario import Scenario
+from kaisched.framework.session import Session
+from kaisched.framework.statement import Statement
+from kaisched.model.job import PodGroupInfo
+from kaisched.model.resources import GPU
+from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
+from kaisched.model.task import TaskInfo
+
+
+def has_active(job: PodGroupInfo) -> bool:
+    return any(t.status in ACTIVE_ALLOCATED for t in job.tasks)
+
+
+def preempt_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
+    return f"Pod {task.key} was preempted by higher priority workload {preemptor.key}"
+
+
+def consolidation_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
+    return (f"Pod {task.key} was preempted and rescheduled due to bin packing (resource consolidation) "
+            "procedure")
+
+
+class EvictingAction(Action):
+    """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
+
+    def candidates(self, ssn: Session) -> list[PodGroupInfo]:
+        return pending_jobs(ssn)
+
+    def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
+        return True
+
+    def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
+        raise NotImplementedError
+
+    def validators(self, ssn: Session) -> list[Validator]:
+        return []
+
+    def message(self, ssn: Session) -> MessageFn:
+        raise NotImplementedError
+
+    def max_victim_jobs(self, ssn: Session) -> int:
+        return -1
+
+    def execute(self, ssn: Session) -> None:
+        depth = ssn.config.queue_depth_per_action.get(self.name)
+        queue = JobsQueue(ssn, self.candidates(ssn), depth)
+        while (job := queue.pop()) is not None:
+            if not job.has_pending() or not self.eligible(ssn, job):
+                continue
+            victims = self.victims(ssn, job)
+            if not victims:
+                continue
+            for handler in ssn.job_solution_start_handlers:
+                handler(job)
+            stmt = Statement(ssn)
+            solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
+                                  self.max_victim_jobs(ssn))
+            scenario = solver.run(stmt)
+            if scenario is None:
+                stmt.discard()
+                continue
+            self.accept(ssn, job, scenario)
+            stmt.commit()
+
+    def accept(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> None:
+        job.fit_errors = []
+
+
+class ReclaimAction(EvictingAction):
+    """Take resources back from queues above their fair share for a queue below it (spec 4.11)."""
+
+    name = "reclaim"
+
+    def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
+        gate = ssn.can_reclaim_resources
+        return gate(job) if gate is not None else False
+
+    def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
+        out = []
+        for v in ssn.jobs.values():
+            if v is job or v.queue == job.queue or not v.preemptible or not has_active(v):
+                continue
+            if all(f(job, v) for f in ssn.reclaim_victim_filters):
+                out.append(v)
+        return out
+
+    def validators(self, ssn: Session) -> list[Validator]:
+        return list(ssn.reclaim_scenario_validators)
+
+    def message(self, ssn: Session) -> MessageFn:
+        proportion = next((p for p in ssn.plugins if p.name == "proportion"), None)
+        rules = getattr(proportion, "reclaim", None)
+        if rules is None:
+            return lambda t, p: f"Pod {t.key} was preempted by workload {p.key}."
+
+        def message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
+            assert task.job is not None
+            return str(rules.reclaim_message(task, task.job, preemptor))
+
+        return message
+
+
+class PreemptAction(EvictingAction):
+    """Within one queue, strictly lower-priority preemptible work makes room (spec 4.12)."""
+
+    name = "preempt"
+
+    def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
+        if job.preemptible or ssn.job_capacity_check is None:
+            return True
+        err = ssn.job_capacity_check(job, ssn.tasks_to_allocate(job))
+        return err is None or err.reason != "NonPreemptibleOverQuota"
+
+    def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
+        out = []
+        for v in ssn.jobs.values():
+            if v is job or v.queue != job.queue or not v.preemptible or v.priority >= job.priority:
+                continue
+            if not has_active(v):
+                continue
+            if all(f(job, v) for f in ssn.preempt_victim_filters):
+                out.append(v)
+        return out
+
+    def validators(self, ssn: Session) -> list[Validator]:
+        return list(ssn.preempt_scenario_validators)
+
+    def message(self, ssn: Session) -> MessageFn:
+        return preempt_message
+
+
+class ConsolidationAction(EvictingAction):
+    """Move running preemptible pods so that a pending job fits, evicting nobody for good (spec 4.10)."""
+
+    name = "consolidation"
+
+    def candidates(self, ssn: Session) -> list[PodGroupInfo]:
+        if ssn.params.max_consolidation_preemptees == 0:
+            return []
+        return [j for j in pending_jobs(ssn) if j.preemptible]
+
+    def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
+        nodes = ssn.nodes
+        free = float((nodes.idle[GPU] + nodes.releasing[GPU])[nodes.schedulable].sum())
+        need = sum(float(t.req[GPU]) for t in ssn.tasks_to_allocate(job))
+        return free + 1e-9 >= need
+
+    def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
+        return [v for v in ssn.jobs.values() if v is not job and v.preemptible and has_active(v)]
+
+    def validators(self, ssn: Session) -> list[Validator]:
+        return [all_victims_moved]
+
+    def message(self, ssn: Session) -> MessageFn:
+        return consolidation_message
+
+    def max_victim_jobs(self, ssn: Session) -> int:
+        return ssn.params.max_consolidation_preemptees
+
+
+def all_victims_moved(scenario: Scenario) -> bool:
+    """Consolidation only moves pods: no victim may stay evicted."""
+    return not any(t.status is TaskStatus.RELEASING for t in scenario.victim_tasks)

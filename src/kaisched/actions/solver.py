@@ -1,0 +1,200 @@
+"""The victim-based solver shared by reclaim, preempt and consolidation (spec 4.9).
+
+For a pending job P with tasks T (its next gang, or one more elastic pod):
+
+* **Incremental solving**: for k = 1..|T| solve the partial job made of the first k tasks, seeded with
+  the victims the (k-1) solution evicted ("recorded" victims). The first k that cannot be solved fails
+  the job; only the final solution's operations are kept.
+* **Scenarios**: scenario 0 evicts only the recorded victims; every next scenario adds the next victim
+  chunk (``VictimQueue``: worst queue, lowest-priority newest job first; one surplus pod of an elastic
+  job, or a whole gang). Chunks already recorded are skipped.
+* **Filter**: a scenario is rejected without simulation when the GPUs that would be free (idle +
+  releasing + held by the scenario's victims) cannot hold the partial job's GPU tasks (greedy fit of the
+  largest needs into the emptiest nodes).
+* **Simulation** (KAI's by-pod solver): with the recorded victims evicted, for each node hosting the
+  newly added victim job, evict the scenario's potential victims *on that node*, add the node to the
+  feasible set, and place P and every evicted victim again in job order, pipeline-only, on feasible nodes:
+  victims that fit are moved (or put back), the others stay evicted. P must be placed entirely and every
+  validator must accept the scenario; otherwise this node's evictions are rolled back and the next node is
+  tried.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from kaisched.actions.job_queue import JobsQueue
+from kaisched.actions.placement import allocate_job
+from kaisched.actions.victims import Chunk, VictimQueue
+from kaisched.framework.scenario import Scenario
+from kaisched.framework.session import Session
+from kaisched.framework.statement import Statement
+from kaisched.model.job import PodGroupInfo
+from kaisched.model.resources import GPU
+from kaisched.model.task import TaskInfo
+
+MessageFn = Callable[[TaskInfo, PodGroupInfo], str]
+Validator = Callable[[Scenario], bool]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class VictimSolver:
+    def __init__(
+        self,
+        ssn: Session,
+        action: str,
+        preemptor: PodGroupInfo,
+        victim_jobs: list[PodGroupInfo],
+        validators: list[Validator],
+        message: MessageFn,
+        max_victim_jobs: int = -1,
+    ) -> None:
+        self.ssn = ssn
+        self.action = action
+        self.preemptor = preemptor
+        self.victims = VictimQueue(ssn, victim_jobs)
+        self.validators = validators
+        self.message = message
+        self.max_victim_jobs = max_victim_jobs
+        self.chunks: list[Chunk] = []
+        self._exhausted = False
+        self.simulations = 0
+        self.filtered = 0
+
+    # ---- victim chunks (materialised lazily, shared by all k) ------------------------------------
+    def _chunk(self, i: int) -> Chunk | None:
+        while len(self.chunks) <= i and not self._exhausted:
+            chunk = self.victims.pop()
+            if chunk is None:
+                self._exhausted = True
+                break
+            if self.max_victim_jobs >= 0:
+                jobs = {c.job.key for c in self.chunks} | {chunk.job.key}
+                if len(jobs) > self.max_victim_jobs:
+                    self._exhausted = True
+                    break
+            self.chunks.append(chunk)
+        return self.chunks[i] if i < len(self.chunks) else None
+
+    # ---- filter (spec 4.9 step 4c) --------------------------------------------------------------------
+    def _gpu_filter(self, tasks: list[TaskInfo], victims: list[TaskInfo], feasible: BoolArray) -> bool:
+        needs = sorted((float(t.req[GPU]) for t in tasks if t.req[GPU] > 0), reverse=True)
+        if not needs:
+            return True
+        nodes = self.ssn.nodes
+        free = nodes.idle[GPU] + nodes.releasing[GPU]
+        mask = feasible.copy()
+        if victims:
+            free = free.copy()
+            for t in victims:
+                if t.node >= 0:
+                    free[t.node] += t.req[GPU]
+                    mask[t.node] = True
+        candidates = free[mask & nodes.schedulable]
+        if len(candidates) == 0:
+            return False
+        heap = [-x for x in heapq.nlargest(len(needs), candidates.tolist())]
+        heapq.heapify(heap)
+        for need in needs:
+            best = -heap[0]
+            if best + 1e-9 < need:
+                return False
+            heapq.heapreplace(heap, -(best - need))
+        return True
+
+    def _feasible(self, tasks: list[TaskInfo]) -> BoolArray:
+        nodes = self.ssn.nodes
+        if tasks and all(t.req[GPU] > 0 for t in tasks):
+            result: BoolArray = (nodes.idle[GPU] + nodes.releasing[GPU]) > 1e-9
+            return result
+        return np.ones(len(nodes), dtype=np.bool_)
+
+    # ---- simulation -------------------------------------------------------------------------------
+    def _simulate(self, stmt: Statement, tasks: list[TaskInfo], evict: list[TaskInfo], feasible: BoolArray
+                  ) -> Scenario | None:
+        """Evict ``evict``, place P's ``tasks`` and the victims again; keep it only when it solves."""
+        ssn, p = self.ssn, self.preemptor
+        self.simulations += 1
+        checkpoint = stmt.checkpoint()
+        scenario = Scenario(self.action, p, tasks)
+        mask = feasible.copy()
+        for t in evict:
+            if t.job is not None:
+                scenario.add_victims(t.job, [t])
+            if t.node >= 0:
+                mask[t.node] = True
+            stmt.evict(t, action=self.action, preemptor=p.key, message=self.message(t, p))
+            ssn.revivable.add(t.uid)
+        queue = JobsQueue(ssn, [p, *(v.job for v in scenario.victims.values())])
+        placed = False
+        try:
+            while (job := queue.pop()) is not None:
+                if job is p:
+                    placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
+                                          node_mask=mask)
+                    if not placed:
+                        break
+                    continue
+                if allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, node_mask=mask) and any(
+                    t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)
+                ):
+                    queue.push(job)
+        finally:
+            ssn.revivable.clear()
+        if placed and all(t.is_active_allocated for t in tasks) and all(v(scenario) for v in self.validators):
+            return scenario
+        stmt.rollback(checkpoint)
+        return None
+
+    def _solve_partial(self, stmt: Statement, tasks: list[TaskInfo], recorded: list[TaskInfo]
+                       ) -> Scenario | None:
+        feasible = self._feasible(tasks)
+        recorded_ids = {t.uid for t in recorded}
+        # scenario 0: the recorded victims only
+        if self._gpu_filter(tasks, recorded, feasible):
+            found = self._simulate(stmt, tasks, recorded, feasible)
+            if found is not None:
+                return found
+        else:
+            self.filtered += 1
+        potential: list[TaskInfo] = list(recorded)
+        i = 0
+        while (chunk := self._chunk(i)) is not None:
+            i += 1
+            new = [t for t in chunk.tasks if t.uid not in recorded_ids]
+            if not new:
+                continue
+            potential.extend(new)
+            if not self._gpu_filter(tasks, potential, feasible):
+                self.filtered += 1
+                continue
+            hosts = sorted({t.node for t in new if t.node >= 0})
+            for node in hosts:
+                on_node = [t for t in potential if t.node == node and t.uid not in recorded_ids]
+                found = self._simulate(stmt, tasks, [*recorded, *on_node], feasible)
+                if found is not None:
+                    return found
+        return None
+
+    # ---- entry point ----------------------------------------------------------------------------------
+    def run(self, stmt: Statement) -> Scenario | None:
+        """Solve the preemptor; on success the solution's operations stay in ``stmt``."""
+        tasks = self.ssn.tasks_to_allocate(self.preemptor)
+        if not tasks:
+            return None
+        base = stmt.checkpoint()
+        recorded: list[TaskInfo] = []
+        found: Scenario | None = None
+        for k in range(1, len(tasks) + 1):
+            if found is not None:
+                stmt.rollback(base)
+            found = self._solve_partial(stmt, tasks[:k], recorded)
+            if found is None:
+                stmt.rollback(base)
+                return None
+            recorded = found.victim_tasks
+        return found

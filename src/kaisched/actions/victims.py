@@ -1,0 +1,154 @@
+"""Victim enumeration (spec 4.4 "tasks to evict", 4.5 "victim ordering").
+
+Victim jobs are taken in the inverted order of the allocate queue: the worst queue first (compared with
+the victims already taken from it, and its next candidate, subtracted from its allocation), and inside a
+leaf queue the lowest-priority, newest job first. Each pop yields one *chunk*: one surplus task of an
+elastic job (the pod that would be scheduled last), or all remaining active tasks of a job at or below
+its minimum (gangs are evicted whole). A job that still has active tasks after a chunk is pushed back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import total_ordering
+
+from kaisched.framework.session import Session
+from kaisched.model.job import PodGroupInfo
+from kaisched.model.status import ACTIVE_ALLOCATED
+from kaisched.model.task import TaskInfo
+
+
+@total_ordering
+class _Reversed:
+    """Wraps a sort key so that larger keys come first."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[object, ...]) -> None:
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Reversed) and self.key == other.key
+
+    def __lt__(self, other: _Reversed) -> bool:
+        return other.key < self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    job: PodGroupInfo
+    tasks: list[TaskInfo]
+
+
+@dataclass(slots=True, eq=False)
+class _Node:
+    name: str
+    parent: _Node | None
+    children: list[_Node] = field(default_factory=list)
+    heap: list[tuple[_Reversed, int, PodGroupInfo]] = field(default_factory=list)
+    removed: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # taken from this subtree so far
+
+
+def _vec(tasks: list[TaskInfo]) -> list[float]:
+    out = [0.0, 0.0, 0.0]
+    for t in tasks:
+        out[0] += float(t.req[0])
+        out[1] += float(t.req[1])
+        out[2] += float(t.req[2])
+    return out
+
+
+class VictimQueue:
+    def __init__(self, ssn: Session, jobs: list[PodGroupInfo]) -> None:
+        self.ssn = ssn
+        self._seq = itertools.count()
+        self._taken: dict[str, set[str]] = {}  # job key -> uids already yielded
+        self._nodes: dict[str, _Node] = {}
+        self._roots: list[_Node] = []
+        tree = ssn.queues
+        for name in tree.depth_first():
+            q = tree.queues[name]
+            parent = self._nodes[q.parent] if q.parent is not None else None
+            node = _Node(name, parent)
+            self._nodes[name] = node
+            (parent.children if parent is not None else self._roots).append(node)
+        for job in jobs:
+            if job.queue in self._nodes:
+                self._push(job)
+
+    def _push(self, job: PodGroupInfo) -> None:
+        node = self._nodes[job.queue]
+        heapq.heappush(node.heap, (_Reversed(self.ssn.job_order_key(job)), next(self._seq), job))
+
+    # ---- chunks (spec 4.4) ------------------------------------------------------------------------
+    def _remaining(self, job: PodGroupInfo) -> dict[str, list[TaskInfo]]:
+        taken = self._taken.get(job.key, set())
+        return {
+            name: [t for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.uid not in taken]
+            for name, ps in job.pod_sets.items()
+        }
+
+    def chunk_of(self, job: PodGroupInfo) -> list[TaskInfo]:
+        remaining = self._remaining(job)
+        surplus = [ps for ps in job.pod_sets.values() if len(remaining[ps.name]) > ps.min_available]
+        if surplus:
+            order = self.ssn.pod_set_order(job)
+            ps = next(p for p in reversed(order) if p in surplus)
+            return [max(remaining[ps.name], key=self.ssn.task_order_key)]
+        return sorted((t for ts in remaining.values() for t in ts), key=self.ssn.task_order_key)
+
+    # ---- queue choice -------------------------------------------------------------------------------
+    def _best_job(self, node: _Node) -> PodGroupInfo | None:
+        while node.children:
+            child = self._worst_child(node.children)
+            if child is None:
+                return None
+            node = child
+        return node.heap[0][2] if node.heap else None
+
+    def _worst_child(self, nodes: list[_Node]) -> _Node | None:
+        order = self.ssn.queue_order
+        best: _Node | None = None
+        best_key: tuple[object, ...] | None = None
+        for node in nodes:
+            job = self._best_job(node)
+            if job is None:
+                continue
+            key = () if order is None else order.victim_key(node.name, node.removed, _vec(self.chunk_of(job)))
+            if best is None or best_key is None or key > best_key:
+                best, best_key = node, key
+        return best
+
+    def pop(self) -> Chunk | None:
+        node = self._worst_child(self._roots)
+        if node is None:
+            return None
+        while node.children:
+            child = self._worst_child(node.children)
+            if child is None:
+                return None
+            node = child
+        _, _, job = heapq.heappop(node.heap)
+        tasks = self.chunk_of(job)
+        if not tasks:
+            return self.pop()
+        self._taken.setdefault(job.key, set()).update(t.uid for t in tasks)
+        amount = _vec(tasks)
+        cur: _Node | None = node
+        while cur is not None:
+            for r in range(3):
+                cur.removed[r] += amount[r]
+            cur = cur.parent
+        if any(self._remaining(job).values()):
+            self._push(job)
+        return Chunk(job, tasks)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        while (chunk := self.pop()) is not None:
+            yield chunk

@@ -1,0 +1,266 @@
+"""The proportion plugin's reclaim rules (spec 5.5): when a job of queue A may take resources from queue B.
+
+Three hooks, all registered by :class:`~kaisched.plugins.proportion.plugin.ProportionPlugin`:
+
+* :meth:`ReclaimRules.can_reclaim` — the gate ``CanReclaimResources(P)``, on the live queue state;
+* :meth:`ReclaimRules.on_job_solution_start` — copies every queue's ``allocated`` and
+  ``allocated_non_preemptible`` once per reclaim attempt, before any victim is virtually evicted (state
+  committed by earlier jobs of the action is in it);
+* :meth:`ReclaimRules.validate` — the reclaim scenario validator (spec 5.5 steps 1-5) on that copy. The
+  fair shares and deserved quotas are static within a session and read live.
+
+Interpretation choices (where the spec leaves room, and how they relate to KAI's code):
+
+* **Elastic and core chunks.** For every victim job the victim tasks are grouped per pod set in the
+  order they were taken. A pod set that had ``n`` active-allocated tasks when the reclaim attempt
+  started (:meth:`on_job_solution_start`) and has ``minAvailable = m`` has ``max(0, n - m)`` surplus
+  tasks: the first that many of its victim tasks are *elastic* (each leaves the pod set at or above its
+  minimum) and form one chunk each; all other victim tasks of the job (every pod set) form one combined
+  *core* chunk. Chunks of a job are elastic first, then core; jobs come in the scenario's order. KAI's
+  code (``splitVictimTasks``) instead calls the first ``m`` victim tasks of a pod set core and the
+  rest elastic whatever the job keeps; both agree when a job loses all its pods or one pod, and differ
+  when a job loses between 2 and ``m`` surplus pods (KAI: one combined chunk, here one chunk each,
+  which checks the strategies after each pod).
+  The statuses "at solution start" are remembered by a deallocate handler that records each task's
+  status before its first change after :meth:`on_job_solution_start`; untouched tasks keep it.
+* **Moved victims.** With ``allow_consolidating_reclaim`` a victim task that is active-allocated after
+  the simulation (re-placed elsewhere, ``Pipelined``, or put back) contributes nothing; the chunk split
+  is made first and the moved tasks are then left out of their chunk (an empty chunk disappears), as in
+  KAI's ``getResources``.
+* **Leveled queues.** The two root-first ancestor paths are walked together and the first pair that
+  differs is taken (``A'``, ``B'``: the children of the lowest common ancestor, or the two top-level
+  queues); if one path is a prefix of the other, the pair at the last common depth (KAI's
+  ``getLeveledQueues``).
+"""
+
+from __future__ import annotations
+
+from kaisched.framework.scenario import Scenario, VictimJob
+from kaisched.framework.session import Session
+from kaisched.model.job import PodGroupInfo, PodSetInfo
+from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
+from kaisched.model.task import TaskInfo
+from kaisched.plugins.proportion.plugin import EPS, UNLIMITED, QueueAttributes, Vec3, _le, job_request
+
+_NO_LIMIT: Vec3 = [UNLIMITED, UNLIMITED, UNLIMITED]
+
+
+def _add(a: Vec3, b: Vec3) -> Vec3:
+    return [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+
+
+def _involved(vectors: list[Vec3]) -> set[int]:
+    """Resource indices (0 gpu, 1 cpu, 2 memory) that some vector uses (> 0)."""
+    return {r for v in vectors for r in range(3) if v[r] > 0}
+
+
+def saturation_ratio(allocated: float, fair_share: float) -> float:
+    """``allocated / fair_share``; infinite for a zero fair share with something allocated, 0 for a zero
+    or unlimited fair share otherwise."""
+    if fair_share == 0:
+        return float("inf") if allocated > 0 else 0.0
+    if fair_share == UNLIMITED:
+        return 0.0
+    return allocated / fair_share
+
+
+def humanize(value: float, unit: float) -> str:
+    """KAI's ``HumanizeResource``: ``Unlimited`` for -1, else ``value / unit`` with at most 3 decimals
+    (truncated, as go-humanize's ``FtoaWithDigits``) and no trailing zeros."""
+    if value == UNLIMITED:
+        return "Unlimited"
+    text = f"{value / unit:.6f}"
+    dot = text.index(".")
+    text = text[: dot + 4]
+    return text.rstrip("0").rstrip(".")
+
+
+def resources_text(v: Vec3) -> str:
+    """KAI's ``ResourceRequirements.String()``: ``GPU: 4, CPU: 8 (cores), memory: 32 (GB)``."""
+    return f"GPU: {humanize(v[0], 1)}, CPU: {humanize(v[1], 1000)} (cores), memory: {humanize(v[2], 1e9)} (GB)"
+
+
+class ReclaimRules:
+    """Spec 5.5 for one session, on the proportion plugin's queue attributes (see the module doc)."""
+
+    def __init__(self, queues: dict[str, QueueAttributes], total: Vec3, saturation_multiplier: float,
+                 ssn: Session) -> None:
+        self.queues = queues
+        self.total = total
+        self.saturation_multiplier = saturation_multiplier
+        self.ssn = ssn
+        self.allow_consolidating_reclaim = ssn.params.allow_consolidating_reclaim
+        # allocatable share with -1 kept as "unlimited" (MaintainFairShare compares against it)
+        self._allocatable = {name: q.allocatable_share(_NO_LIMIT) for name, q in queues.items()}
+        # the copy taken at solution start: queue -> allocated / allocated non-preemptible
+        self._allocated: dict[str, Vec3] | None = None
+        self._non_preemptible: dict[str, Vec3] = {}
+        # task uid -> status at solution start, for tasks changed since then
+        self._start_status: dict[str, TaskStatus] = {}
+        self._tracking = False
+        self._active_at_start: dict[tuple[str, str], int] = {}  # (job uid, pod set) -> count
+
+    # ---- gate ------------------------------------------------------------------------------------
+    def can_reclaim(self, job: PodGroupInfo) -> bool:
+        """``CanReclaimResources(P)``: the leaf queue stays within its fair share with P's next tasks, and a
+        non-preemptible P stays within the leaf's deserved quota."""
+        leaf = self.queues.get(job.queue)
+        if leaf is None:
+            return False
+        req = job_request(self.ssn.tasks_to_allocate(job))
+        if not _le(_add(leaf.allocated, req), leaf.fair_share):
+            return False
+        return job.preemptible or _le(_add(leaf.allocated_non_preemptible, req), leaf.deserved)
+
+    # ---- solution start --------------------------------------------------------------------------
+    def on_job_solution_start(self, job: PodGroupInfo) -> None:
+        self._allocated = {name: q.allocated.copy() for name, q in self.queues.items()}
+        self._non_preemptible = {name: q.allocated_non_preemptible.copy() for name, q in self.queues.items()}
+        self._start_status = {}
+        self._active_at_start = {}
+        if not self._tracking:  # registered lazily: the allocate action never pays for it
+            self.ssn.deallocate_handlers.append(self._remember_status)
+            self._tracking = True
+
+    def _remember_status(self, task: TaskInfo) -> None:
+        # deallocate handlers run before the task's status changes
+        if task.uid not in self._start_status:
+            self._start_status[task.uid] = task.status
+
+    def active_at_start(self, job: PodGroupInfo, ps: PodSetInfo) -> int:
+        """Active-allocated tasks of the pod set when the current reclaim attempt started."""
+        key = (job.uid, ps.name)
+        count = self._active_at_start.get(key)
+        if count is None:
+            start = self._start_status
+            count = sum(1 for t in ps.tasks if start.get(t.uid, t.status) in ACTIVE_ALLOCATED)
+            self._active_at_start[key] = count
+        return count
+
+    # ---- validator -------------------------------------------------------------------------------
+    def victim_chunks(self, victim: VictimJob) -> list[Vec3]:
+        """Step 1 for one victim job: its elastic chunks (one task each), then its core chunk."""
+        job = victim.job
+        per_pod_set: dict[str, list[TaskInfo]] = {}
+        for t in victim.tasks:
+            per_pod_set.setdefault(t.pod_set, []).append(t)
+        elastic: list[TaskInfo] = []
+        core: list[TaskInfo] = []
+        for name, tasks in per_pod_set.items():
+            ps = job.pod_sets.get(name)
+            surplus = 0 if ps is None else max(0, self.active_at_start(job, ps) - ps.min_available)
+            elastic.extend(tasks[:surplus])
+            core.extend(tasks[surplus:])
+        skip_moved = self.allow_consolidating_reclaim
+        chunks: list[Vec3] = [
+            job_request([t]) for t in elastic if not (skip_moved and t.status in ACTIVE_ALLOCATED)
+        ]
+        core_tasks = [t for t in core if not (skip_moved and t.status in ACTIVE_ALLOCATED)]
+        if core_tasks:
+            chunks.append(job_request(core_tasks))
+        return chunks
+
+    def leveled(self, a: QueueAttributes, b: QueueAttributes) -> tuple[QueueAttributes, QueueAttributes]:
+        """``(A', B')``: the first differing pair on the two root-first paths (see the module doc)."""
+        pa, pb = a.path[::-1], b.path[::-1]
+        la, lb = pa[0], pb[0]
+        for i in range(min(len(pa), len(pb))):
+            la, lb = pa[i], pb[i]
+            if la is not lb:
+                break
+        return la, lb
+
+    def validate(self, scenario: Scenario) -> bool:
+        """The reclaim scenario validator, spec 5.5 steps 1-5."""
+        allocated = self._allocated
+        assert allocated is not None, "proportion: reclaim validator called before on_job_solution_start"
+        reclaimer = self.queues.get(scenario.preemptor.queue)
+        if reclaimer is None:
+            return False
+        req = job_request(scenario.preemptor_tasks)
+
+        # 1. victim chunks per victim leaf queue
+        chunks_by_queue: dict[str, list[Vec3]] = {}
+        for victim in scenario.victims.values():
+            chunks = self.victim_chunks(victim)
+            if chunks:
+                chunks_by_queue.setdefault(victim.job.queue, []).extend(chunks)
+
+        # 2-3. strategies per chunk, subtracting it from the victim queue and its ancestors
+        remaining: dict[str, Vec3] = {}
+        involved: dict[str, set[int]] = {}
+        for queue_name, chunks in chunks_by_queue.items():
+            victim_leaf = self.queues.get(queue_name)
+            if victim_leaf is None:
+                return False
+            a_lvl, b_lvl = self.leveled(reclaimer, victim_leaf)
+            leaf_involved = involved[queue_name] = _involved(chunks)
+            if b_lvl.name not in remaining:
+                remaining[b_lvl.name] = allocated[b_lvl.name].copy()
+            b_remaining = remaining[b_lvl.name]  # updated in place below
+            reclaimer_within_deserved = _le(_add(allocated[a_lvl.name], req), a_lvl.deserved)
+            for chunk in chunks:
+                maintain_fair_share = not _le(b_remaining, self._allocatable[b_lvl.name])
+                guarantee_deserved = reclaimer_within_deserved and not _le(b_remaining, b_lvl.deserved)
+                if not (maintain_fair_share or guarantee_deserved):
+                    return False
+                for q in victim_leaf.path:
+                    rem = remaining.get(q.name)
+                    if rem is None:
+                        rem = remaining[q.name] = allocated[q.name].copy()
+                    rem[0] -= chunk[0]
+                    rem[1] -= chunk[1]
+                    rem[2] -= chunk[2]
+                    involved.setdefault(q.name, set()).update(leaf_involved)
+
+        # 4-5. saturation against the queues taken from, and non-preemptible quota, at every level of A
+        reclaimer_involved = _involved([req])
+        multiplier = self.saturation_multiplier
+        preemptible = scenario.preemptor.preemptible
+        for x in reclaimer.path:
+            x_alloc = _add(remaining.get(x.name, allocated[x.name]), req)
+            for s_name, s_alloc in remaining.items():
+                s = self.queues[s_name]
+                if s is x or s.parent != x.parent:
+                    continue
+                for r in involved.get(s_name, set()) | reclaimer_involved:
+                    x_fair, s_fair = x.fair_share[r], s.fair_share[r]
+                    if x_fair == UNLIMITED and s_fair == UNLIMITED:
+                        continue
+                    x_ratio = saturation_ratio(x_alloc[r], x_fair)
+                    s_ratio = saturation_ratio(s_alloc[r], s_fair)
+                    if x_ratio > 1 + EPS and s_fair > 0 and x_ratio * multiplier >= s_ratio - EPS:
+                        return False
+            if not preemptible and not _le(_add(self._non_preemptible[x.name], req), x.deserved):
+                return False
+        return True
+
+    # ---- eviction message ----------------------------------------------------------------------------
+    def reclaim_message(self, victim_task: TaskInfo, victim_job: PodGroupInfo, preemptor: PodGroupInfo) -> str:
+        """KAI's reclaim eviction message (``GetReclaimMessage`` + ``GetReclaimQueueDetailsMessage``), three
+        lines: ``Pod <ns>/<pod> was preempted by workload <ns>/<job>.``, then for the victim's queue and
+        then the reclaimer's queue
+        ``<queue> uses <R> with a quota of <R>, fair-share of <R> and queue priority of <p>.`` where the
+        angle brackets are literal and each ``R`` is KAI's ``ResourceRequirements.String()``, e.g.
+        ``team-a uses <GPU: 4, CPU: 8 (cores), memory: 32 (GB)> with a quota of <GPU: 2, CPU: Unlimited
+        (cores), memory: Unlimited (GB)>, fair-share of <...> and queue priority of <100>.``
+
+        Resources: GPUs, CPU cores (millicores / 1000) and memory in GB (bytes / 10^9), each with at most 3
+        decimals (truncated) and no trailing zeros, ``Unlimited`` for -1. The queues are the two leaves when
+        they share a parent, else the leveled queues (A', B'); KAI takes the two leaves' parents, the same
+        pair in two-level trees. Queue names are display names when set. Values are the live ones: call it
+        when the eviction is decided.
+        """
+        head = f"Pod {victim_task.namespace}/{victim_task.name} was preempted by workload {preemptor.key}."
+        victim_q = self.queues.get(victim_job.queue)
+        reclaimer_q = self.queues.get(preemptor.queue)
+        if victim_q is None or reclaimer_q is None:
+            return head
+        if victim_q.parent != reclaimer_q.parent:
+            reclaimer_q, victim_q = self.leveled(reclaimer_q, victim_q)
+        return "\n".join((head, self._queue_details(victim_q), self._queue_details(reclaimer_q)))
+
+    @staticmethod
+    def _queue_details(q: QueueAttributes) -> str:
+        return (f"{q.label} uses <{resources_text(q.allocated)}> with a quota of <{resources_text(q.deserved)}>, "
+                f"fair-share of <{resources_text(q.fair_share)}> and queue priority of <{q.priority}>.")
