@@ -13,8 +13,10 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
   largest needs into the emptiest nodes).
 * **Simulation** (KAI's by-pod solver): with the recorded victims evicted, for each node hosting the
   newly added victim job, evict the scenario's potential victims *on that node*, add the node to the
-  feasible set, and place P and every evicted victim again in job order, pipeline-only, on feasible nodes:
-  victims that fit are moved (or put back), the others stay evicted. P must be placed entirely and every
+  feasible set, and place P and every evicted victim again in job order (as the jobs stood before the
+  evictions), pipeline-only: P only onto the nodes whose victims were evicted, victims onto those nodes
+  or any node with free GPUs (the feasible nodes); victims that fit are moved (or put back), the others
+  stay evicted, and a victim gang left below its minimum is evicted whole. P must be placed entirely and every
   validator must accept the scenario; otherwise this node's evictions are rolled back and the next node is
   tried.
 """
@@ -35,6 +37,7 @@ from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
 from kaisched.model.job import PodGroupInfo
 from kaisched.model.resources import GPU
+from kaisched.model.status import ACTIVE_ALLOCATED
 from kaisched.model.task import TaskInfo
 
 MessageFn = Callable[[TaskInfo, PodGroupInfo], str]
@@ -121,21 +124,25 @@ class VictimSolver:
         self.simulations += 1
         checkpoint = stmt.checkpoint()
         scenario = Scenario(self.action, p, tasks)
-        mask = feasible.copy()
+        mask = feasible.copy()  # where victims may be put again: the feasible nodes and the victims' nodes
+        p_mask = np.zeros(len(mask), dtype=np.bool_)  # P goes onto what the victims release
+        # jobs are ordered as they stand before the evictions
+        jobs = {t.job.key: t.job for t in evict if t.job is not None}
+        queue = JobsQueue(ssn, [p, *jobs.values()])
         for t in evict:
             if t.job is not None:
                 scenario.add_victims(t.job, [t])
             if t.node >= 0:
                 mask[t.node] = True
+                p_mask[t.node] = True
             stmt.evict(t, action=self.action, preemptor=p.key, message=self.message(t, p))
             ssn.revivable.add(t.uid)
-        queue = JobsQueue(ssn, [p, *(v.job for v in scenario.victims.values())])
         placed = False
         try:
             while (job := queue.pop()) is not None:
                 if job is p:
                     placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
-                                          node_mask=mask)
+                                          node_mask=p_mask)
                     if not placed:
                         break
                     continue
@@ -145,10 +152,24 @@ class VictimSolver:
                     queue.push(job)
         finally:
             ssn.revivable.clear()
+        if placed:
+            self._evict_broken_gangs(stmt, scenario)
         if placed and all(t.is_active_allocated for t in tasks) and all(v(scenario) for v in self.validators):
             return scenario
         stmt.rollback(checkpoint)
         return None
+
+    def _evict_broken_gangs(self, stmt: Statement, scenario: Scenario) -> None:
+        """A victim gang that lost pods below its minimum is evicted whole (spec 4.9: gang victims)."""
+        p = self.preemptor
+        for victim in list(scenario.victims.values()):
+            job = victim.job
+            if job.is_allocated_gang_satisfied():
+                continue
+            rest = [t for t in job.tasks if t.status in ACTIVE_ALLOCATED]
+            for t in rest:
+                stmt.evict(t, action=self.action, preemptor=p.key, message=self.message(t, p))
+            scenario.add_victims(job, rest)
 
     def _solve_partial(self, stmt: Statement, tasks: list[TaskInfo], recorded: list[TaskInfo]
                        ) -> Scenario | None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import total_ordering
 
 from kaisched.framework.session import Session
-from kaisched.model.job import PodGroupInfo
+from kaisched.model.job import PodGroupInfo, PodSetInfo
 from kaisched.model.status import ACTIVE_ALLOCATED
 from kaisched.model.task import TaskInfo
 
@@ -83,8 +83,20 @@ class VictimQueue:
                 self._push(job)
 
     def _push(self, job: PodGroupInfo) -> None:
+        """Queue a victim job, ordered as the job made of its not-yet-taken tasks (KAI pushes back the
+        remainder of a partially taken job as a new job)."""
         node = self._nodes[job.queue]
-        heapq.heappush(node.heap, (_Reversed(self.ssn.job_order_key(job)), next(self._seq), job))
+        heapq.heappush(node.heap, (_Reversed(self.ssn.job_order_key(self._view(job))), next(self._seq), job))
+
+    def _view(self, job: PodGroupInfo) -> PodGroupInfo:
+        taken = self._taken.get(job.key)
+        if not taken:
+            return job
+        pod_sets = {
+            name: PodSetInfo(ps.name, ps.min_available, [t for t in ps.tasks if t.uid not in taken])
+            for name, ps in job.pod_sets.items()
+        }
+        return replace(job, pod_sets=pod_sets)
 
     # ---- chunks (spec 4.4) ------------------------------------------------------------------------
     def _remaining(self, job: PodGroupInfo) -> dict[str, list[TaskInfo]]:
