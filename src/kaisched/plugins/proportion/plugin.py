@@ -258,26 +258,29 @@ class ProportionPlugin(Plugin):
         )
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
-        """Victim queue order (spec 4.5): :meth:`key` with the victims already taken and the next
-        candidate subtracted from the allocation; the caller takes the LARGEST key first (worst queue)."""
+        """Victim queue order (spec 4.5): the criteria of :meth:`key` for a queue that *holds* its next
+        victim candidate: "with the job" is the allocation less the victims already taken from it,
+        "without" also less the candidate. The caller takes the LARGEST key first (the worst queue).
+        (KAI's wording, "victims plus the next candidate are subtracted", is read this way because it is
+        the reading under which KAI's reclaim scenarios take from a zero-share queue first.)"""
         q = self.queues[queue]
         alloc = q.allocated
-        after = [alloc[r] - removed[r] - candidate[r] for r in range(3)]
-        without = [alloc[r] - removed[r] for r in range(3)]
+        held = [alloc[r] - removed[r] for r in range(3)]
+        without = [held[r] - candidate[r] for r in range(3)]
         fair = q.fair_share
-        over_utilized = all(fair[r] < without[r] - EPS for r in range(3))
-        starved = _le(after, q.deserved)
-        penalty = any(q.alloc_share[r] == 0 and after[r] > 0 for r in range(3))
-        share_after = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(after, q.alloc_share,
-                                                                                         strict=True))
-        share_without = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(without, q.alloc_share,
+        share = q.alloc_share
+        over_utilized = all(fair[r] < held[r] - EPS for r in range(3))
+        starved = _le(held, q.deserved)
+        penalty = any(share[r] == 0 and held[r] > 0 for r in range(3))
+        share_held = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(held, share, strict=True))
+        share_without = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(without, share,
                                                                                            strict=True))
         return (
             1 if over_utilized else 0,
             0 if starved else 1,
             -q.priority,
             1 if penalty else 0,
-            round(share_after, 12),
+            round(share_held, 12),
             round(share_without, 12),
             q.sibling_rank,
         )
