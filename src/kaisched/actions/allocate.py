@@ -7,7 +7,8 @@ from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
-from kaisched.model.job import PodGroupInfo
+from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.status import TaskStatus
 
 
 def pending_jobs(ssn: Session) -> list[PodGroupInfo]:
@@ -38,6 +39,11 @@ class AllocateAction(Action):
                 pipelined = job.should_pipeline()
                 if pipelined:
                     stmt.convert_allocated_to_pipelined(job.key)
+                    nodes = sorted({ssn.nodes.names[t.node] for t in job.tasks if t.status is TaskStatus.PIPELINED})
+                    job.pipelined_reason = FitError(
+                        "WaitingForReleasingResources",
+                        f"Pipelined: waiting for terminating pods to release resources on {', '.join(nodes)}",
+                    )
                 stmt.commit()
                 if not pipelined and not had_allocated:
                     ssn.record_job_started(job)

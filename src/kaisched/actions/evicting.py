@@ -9,7 +9,7 @@ from kaisched.actions.solver import MessageFn, Validator, VictimSolver
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
-from kaisched.model.job import PodGroupInfo
+from kaisched.model.job import FitError, PodGroupInfo
 from kaisched.model.resources import GPU
 from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
@@ -72,6 +72,13 @@ class EvictingAction(Action):
 
     def accept(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> None:
         job.fit_errors = []
+        victims = [t for t in scenario.victim_tasks if t.status in (TaskStatus.RELEASING, TaskStatus.PIPELINED)]
+        shown = ", ".join(t.key for t in victims[:5]) + (f" and {len(victims) - 5} more" if len(victims) > 5 else "")
+        job.pipelined_reason = FitError(
+            "WaitingForVictims",
+            f"Pipelined by {self.name}: waiting for {len(victims)} evicted pod(s) to release their resources "
+            f"({shown})",
+        )
 
 
 class ReclaimAction(EvictingAction):

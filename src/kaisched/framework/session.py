@@ -214,7 +214,9 @@ class Session:
             status = "Pending"
         reason: str | None = None
         message: str | None = None
-        if has_pending or not tasks:  # like KAI, only jobs with Pending/Gated pods (or none yet) are explained
+        if status == "Pipelined" and job.pipelined_reason is not None:
+            reason, message = job.pipelined_reason.reason, job.pipelined_reason.message
+        elif has_pending or not tasks:  # like KAI, only jobs with Pending/Gated pods (or none yet) are explained
             error = self.pending_reason(job)
             if error is not None:
                 reason, message = error.reason, error.message

@@ -55,6 +55,7 @@ class PodGroupInfo:
     # set by the snapshot builder when the job cannot be scheduled at all (unknown queue, ...)
     blocked: FitError | None = None
     fit_errors: list[FitError] = field(default_factory=list)
+    pipelined_reason: FitError | None = None  # why the job waits although it has been placed
     version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
 
     @property
