@@ -14,6 +14,28 @@ from kaisched.model.resources import GPU
 from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
 
+Difficulty = tuple[int, tuple[tuple[float, ...], ...]]
+
+
+def signature(job: PodGroupInfo) -> tuple[object, ...]:
+    """KAI's scheduling-constraints signature (spec 4.9 step 8), for the job's pods not yet placed:
+    node selector, node affinity, tolerations, priority and host ports of each pod set."""
+    out: list[object] = [job.priority]
+    for name in sorted(job.pod_sets):
+        pods = sorted(
+            repr((t.signature, t.host_ports, t.pod.priority_class_name)) for t in job.pod_sets[name].tasks
+             if t.status is TaskStatus.PENDING
+        )
+        out.append((name, tuple(pods)))
+    return tuple(out)
+
+
+def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
+    """Fewer pending pods, then smaller per-pod requests (sorted), is easier."""
+    tasks = ssn.tasks_to_allocate(job)
+    reqs = sorted((tuple(float(x) for x in t.req) for t in tasks), reverse=True)
+    return (len(tasks), tuple(reqs))
+
 
 def has_active(job: PodGroupInfo) -> bool:
     return any(t.status in ACTIVE_ALLOCATED for t in job.tasks)
@@ -52,9 +74,17 @@ class EvictingAction(Action):
     def execute(self, ssn: Session) -> None:
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
+        failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
+        use_signatures = ssn.params.use_scheduling_signatures
         while (job := queue.pop()) is not None:
             if not job.has_pending() or not self.eligible(ssn, job):
                 continue
+            if use_signatures:
+                key = (job.queue, signature(job))
+                difficulty = job_difficulty(ssn, job)
+                known = failed.get(key)
+                if known is not None and not difficulty < known:
+                    continue  # a job with the same constraints that was no harder already failed
             victims = self.victims(ssn, job)
             if not victims:
                 continue
@@ -66,6 +96,10 @@ class EvictingAction(Action):
             scenario = solver.run(stmt)
             if scenario is None:
                 stmt.discard()
+                if use_signatures:
+                    known = failed.get(key)
+                    if known is None or difficulty < known:
+                        failed[key] = difficulty
                 continue
             self.accept(ssn, job, scenario)
             stmt.commit()
