@@ -84,23 +84,17 @@ class VictimSolver:
         return self.chunks[i] if i < len(self.chunks) else None
 
     # ---- filter (spec 4.9 step 4c) --------------------------------------------------------------------
-    def _gpu_filter(self, tasks: list[TaskInfo], victims: list[TaskInfo], feasible: BoolArray) -> bool:
-        needs = sorted((float(t.req[GPU]) for t in tasks if t.req[GPU] > 0), reverse=True)
+    @staticmethod
+    def _fits_gpus(needs: list[float], free: npt.NDArray[np.float64], mask: BoolArray) -> bool:
+        """Greedy: the largest needs into the nodes with the most free GPUs (idle + releasing + victims')."""
         if not needs:
             return True
-        nodes = self.ssn.nodes
-        free = nodes.idle[GPU] + nodes.releasing[GPU]
-        mask = feasible.copy()
-        if victims:
-            free = free.copy()
-            for t in victims:
-                if t.node >= 0:
-                    free[t.node] += t.req[GPU]
-                    mask[t.node] = True
-        candidates = free[mask & nodes.schedulable]
-        if len(candidates) == 0:
+        candidates = free[mask]
+        if len(candidates) < 1:
             return False
-        heap = [-x for x in heapq.nlargest(len(needs), candidates.tolist())]
+        k = min(len(needs), len(candidates))
+        top = np.partition(candidates, len(candidates) - k)[len(candidates) - k:] if k < len(candidates) else candidates
+        heap = [-float(x) for x in top]
         heapq.heapify(heap)
         for need in needs:
             best = -heap[0]
@@ -174,15 +168,29 @@ class VictimSolver:
     def _solve_partial(self, stmt: Statement, tasks: list[TaskInfo], recorded: list[TaskInfo]
                        ) -> Scenario | None:
         feasible = self._feasible(tasks)
+        nodes = self.ssn.nodes
+        needs = sorted((float(t.req[GPU]) for t in tasks if t.req[GPU] > 0), reverse=True)
+        # GPUs the filter sees: idle + releasing on feasible nodes, plus what the potential victims hold
+        free = (nodes.idle[GPU] + nodes.releasing[GPU]).copy()
+        mask = feasible & nodes.schedulable
+
+        def add(victims: list[TaskInfo]) -> None:
+            for t in victims:
+                if t.node >= 0:
+                    free[t.node] += t.req[GPU]
+                    mask[t.node] = nodes.schedulable[t.node]
+
         recorded_ids = {t.uid for t in recorded}
+        add(recorded)
         # scenario 0: the recorded victims only
-        if self._gpu_filter(tasks, recorded, feasible):
+        if self._fits_gpus(needs, free, mask):
             found = self._simulate(stmt, tasks, recorded, feasible)
             if found is not None:
                 return found
         else:
             self.filtered += 1
         potential: list[TaskInfo] = list(recorded)
+        by_node: dict[int, list[TaskInfo]] = {}
         i = 0
         while (chunk := self._chunk(i)) is not None:
             i += 1
@@ -190,13 +198,14 @@ class VictimSolver:
             if not new:
                 continue
             potential.extend(new)
-            if not self._gpu_filter(tasks, potential, feasible):
+            add(new)
+            for t in new:
+                by_node.setdefault(t.node, []).append(t)
+            if not self._fits_gpus(needs, free, mask):
                 self.filtered += 1
                 continue
-            hosts = sorted({t.node for t in new if t.node >= 0})
-            for node in hosts:
-                on_node = [t for t in potential if t.node == node and t.uid not in recorded_ids]
-                found = self._simulate(stmt, tasks, [*recorded, *on_node], feasible)
+            for node in sorted({t.node for t in new if t.node >= 0}):
+                found = self._simulate(stmt, tasks, [*recorded, *by_node[node]], feasible)
                 if found is not None:
                     return found
         return None
