@@ -129,7 +129,7 @@ class VictimSolver:
             if t.node >= 0:
                 mask[t.node] = True
                 p_mask[t.node] = True
-            stmt.evict(t, action=self.action, preemptor=p.key, message=self.message(t, p))
+            stmt.evict(t, action=self.action, preemptor=p.key, message="")  # messages: see run()
             ssn.revivable.add(t.uid)
         placed = False
         try:
@@ -162,7 +162,7 @@ class VictimSolver:
                 continue
             rest = [t for t in job.tasks if t.status in ACTIVE_ALLOCATED]
             for t in rest:
-                stmt.evict(t, action=self.action, preemptor=p.key, message=self.message(t, p))
+                stmt.evict(t, action=self.action, preemptor=p.key, message="")
             scenario.add_victims(job, rest)
 
     def _solve_partial(self, stmt: Statement, tasks: list[TaskInfo], recorded: list[TaskInfo]
@@ -182,8 +182,34 @@ class VictimSolver:
 
         recorded_ids = {t.uid for t in recorded}
         add(recorded)
+        # O(1) necessary conditions kept up to date as victims are added: enough GPUs in all, and, when
+        # every task needs the same amount g, enough g-sized slots (then they are also sufficient)
+        uniform = needs[0] if needs and all(n == needs[0] for n in needs) else 0.0
+        total_need = sum(needs)
+        state = {"sum": float(free[mask].sum()), "slots": float(np.floor(free[mask] / uniform + 1e-9).sum())
+                 if uniform else 0.0}
+
+        def quick_fail() -> bool:
+            if state["sum"] + 1e-9 < total_need:
+                return True
+            return bool(uniform) and state["slots"] < len(needs)
+
+        def add_tracked(victims: list[TaskInfo]) -> None:
+            for t in victims:
+                n = t.node
+                if n < 0:
+                    continue
+                was_in = bool(mask[n])
+                old = float(free[n]) if was_in else 0.0
+                free[n] += t.req[GPU]
+                mask[n] = nodes.schedulable[n]
+                new = float(free[n]) if mask[n] else 0.0
+                state["sum"] += new - old
+                if uniform:
+                    state["slots"] += np.floor(new / uniform + 1e-9) - np.floor(old / uniform + 1e-9)
+
         # scenario 0: the recorded victims only
-        if self._fits_gpus(needs, free, mask):
+        if not quick_fail() and self._fits_gpus(needs, free, mask):
             found = self._simulate(stmt, tasks, recorded, feasible)
             if found is not None:
                 return found
@@ -198,10 +224,10 @@ class VictimSolver:
             if not new:
                 continue
             potential.extend(new)
-            add(new)
+            add_tracked(new)
             for t in new:
                 by_node.setdefault(t.node, []).append(t)
-            if not self._fits_gpus(needs, free, mask):
+            if quick_fail() or not self._fits_gpus(needs, free, mask):
                 self.filtered += 1
                 continue
             for node in sorted({t.node for t in new if t.node >= 0}):
@@ -227,4 +253,6 @@ class VictimSolver:
                 stmt.rollback(base)
                 return None
             recorded = found.victim_tasks
+        if found is not None:
+            stmt.describe_evictions(lambda task: self.message(task, self.preemptor))
         return found

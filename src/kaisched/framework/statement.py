@@ -8,6 +8,7 @@ evictions).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -129,6 +130,12 @@ class Statement:
     @property
     def operations(self) -> tuple[Operation, ...]:
         return tuple(self._ops)
+
+    def describe_evictions(self, message: Callable[[TaskInfo], str]) -> None:
+        """Fill in the message of every eviction in the log (computed once a solution is chosen)."""
+        for op in self._ops:
+            if op.kind is OpKind.EVICT and not op.message:
+                op.message = message(op.task)
 
     def convert_allocated_to_pipelined(self, job_key: str) -> None:
         """Turn every Allocate of the job into a Pipeline (a gang is never partially bound)."""
