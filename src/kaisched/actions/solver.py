@@ -103,6 +103,75 @@ class VictimSolver:
             heapq.heapreplace(heap, -(best - need))
         return True
 
+    def _first_passing(self, start: int, recorded_ids: set[str], free: npt.NDArray[np.float64], mask: BoolArray,
+                       g: float, slots_needed: float, sum_needed: float) -> int:
+        """Index of the first chunk (from ``start``) after which the uniform-need filter can pass: the
+        victims' GPUs give ``slots_needed`` more g-sized slots and ``sum_needed`` more GPUs. Returns the
+        number of chunks when none does. Vectorised over blocks of chunks."""
+        nodes = self.ssn.nodes
+        schedulable = nodes.schedulable
+        block = 256
+        cur_free = free.copy()
+        cur_mask = mask.copy()
+        i = start
+        while True:
+            self._chunk(i + block - 1)
+            end = min(i + block, len(self.chunks))
+            if end <= i:
+                return len(self.chunks)
+            e_node: list[int] = []
+            e_gpu: list[float] = []
+            e_chunk: list[int] = []
+            for c in range(i, end):
+                for t in self.chunks[c].tasks:
+                    if t.node >= 0 and t.uid not in recorded_ids:
+                        e_node.append(t.node)
+                        e_gpu.append(float(t.req[GPU]))
+                        e_chunk.append(c)
+            if e_node:
+                en = np.array(e_node)
+                eg = np.array(e_gpu)
+                order = np.argsort(en, kind="stable")
+                sn, sg = en[order], eg[order]
+                starts = np.r_[0, np.flatnonzero(np.diff(sn)) + 1]
+                sizes = np.diff(np.r_[starts, len(sn)])
+                cs = np.cumsum(sg)
+                within = cs - np.repeat(cs[starts] - sg[starts], sizes)
+                base = cur_free[sn]
+                in_mask = cur_mask[sn] & schedulable[sn]
+                new_free = base + within
+                ok = schedulable[sn]
+                new_slots = np.where(ok, np.floor(new_free / g + 1e-9), 0.0)
+                prev_slots = np.empty_like(new_slots)
+                prev_slots[1:] = new_slots[:-1]
+                first_of_group = np.zeros(len(sn), dtype=np.bool_)
+                first_of_group[starts] = True
+                prev_slots[first_of_group] = np.where(in_mask[first_of_group],
+                                                      np.floor(base[first_of_group] / g + 1e-9), 0.0)
+                new_sum = np.where(ok, new_free, 0.0)
+                prev_sum = np.empty_like(new_sum)
+                prev_sum[1:] = new_sum[:-1]
+                prev_sum[first_of_group] = np.where(in_mask[first_of_group], base[first_of_group], 0.0)
+                d_slots = np.empty(len(sn))
+                d_sum = np.empty(len(sn))
+                d_slots[order] = new_slots - prev_slots
+                d_sum[order] = new_sum - prev_sum
+                cum_slots = np.cumsum(d_slots)
+                cum_sum = np.cumsum(d_sum)
+                passing = (cum_slots + 1e-9 >= slots_needed) & (cum_sum + 1e-9 >= sum_needed)
+                # a chunk passes when the condition holds after its last entry
+                ec = np.array(e_chunk)
+                last_of_chunk = np.r_[ec[1:] != ec[:-1], True]
+                hits = np.flatnonzero(passing & last_of_chunk)
+                if len(hits):
+                    return int(ec[hits[0]])
+                np.add.at(cur_free, en, eg)
+                cur_mask[en] = True
+                slots_needed -= float(cum_slots[-1])
+                sum_needed -= float(cum_sum[-1])
+            i = end
+            block *= 2
+
     def _feasible(self, tasks: list[TaskInfo]) -> BoolArray:
         nodes = self.ssn.nodes
         if tasks and all(t.req[GPU] > 0 for t in tasks):
@@ -218,7 +287,28 @@ class VictimSolver:
         potential: list[TaskInfo] = list(recorded)
         by_node: dict[int, list[TaskInfo]] = {}
         i = 0
-        while (chunk := self._chunk(i)) is not None:
+        while True:
+            if uniform and quick_fail():
+                # jump over the chunks that cannot make the filter pass (vectorised), taking them in
+                j = self._first_passing(i, recorded_ids, free, mask, uniform, len(needs) - state["slots"],
+                                        total_need - state["sum"])
+                taken = [t for chunk in self.chunks[i:j] for t in chunk.tasks if t.uid not in recorded_ids]
+                potential.extend(taken)
+                for t in taken:
+                    by_node.setdefault(t.node, []).append(t)
+                placed = [t for t in taken if t.node >= 0]
+                if placed:
+                    idx = np.fromiter((t.node for t in placed), dtype=np.int64, count=len(placed))
+                    np.add.at(free, idx, np.fromiter((t.req[GPU] for t in placed), dtype=np.float64,
+                                                     count=len(placed)))
+                    mask[idx] = nodes.schedulable[idx]
+                    state["sum"] = float(free[mask].sum())
+                    state["slots"] = float(np.floor(free[mask] / uniform + 1e-9).sum())
+                self.filtered += j - i
+                i = j
+            chunk = self._chunk(i)
+            if chunk is None:
+                break
             i += 1
             new = [t for t in chunk.tasks if t.uid not in recorded_ids]
             if not new:
