@@ -37,7 +37,7 @@ from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
 from kaisched.model.job import PodGroupInfo
 from kaisched.model.resources import GPU
-from kaisched.model.status import ACTIVE_ALLOCATED
+from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
 
 MessageFn = Callable[[TaskInfo, PodGroupInfo], str]
@@ -201,17 +201,24 @@ class VictimSolver:
             stmt.evict(t, action=self.action, preemptor=p.key, message="")  # messages: see run()
             ssn.revivable.add(t.uid)
         placed = False
+        # resources only shrink during the simulation: a victim shape that failed once fails again
+        failed: set[tuple[object, ...]] = set()
         try:
             while (job := queue.pop()) is not None:
                 if job is p:
                     placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
                                           node_mask=p_mask)
-                    if not placed:
+                    if not placed or not self._any_victim_fits(evict, mask):
                         break
                     continue
-                if allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, node_mask=mask) and any(
-                    t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)
-                ):
+                candidates = ssn.tasks_to_allocate(job)
+                shape = (job.queue, tuple((t.signature, t.req.tobytes()) for t in candidates))
+                if shape in failed:
+                    continue
+                if not allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=candidates,
+                                    node_mask=mask):
+                    failed.add(shape)
+                elif any(t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)):
                     queue.push(job)
         finally:
             ssn.revivable.clear()
@@ -221,6 +228,12 @@ class VictimSolver:
             return scenario
         stmt.rollback(checkpoint)
         return None
+
+    def _any_victim_fits(self, evicted: list[TaskInfo], mask: BoolArray) -> bool:
+        """Could any evicted victim still be placed (by resources alone) on the allowed nodes?"""
+        nodes = self.ssn.nodes
+        shapes = {t.req.tobytes(): t.req for t in evicted if t.status is TaskStatus.RELEASING}
+        return any(bool((nodes.fits(req, with_releasing=True) & mask).any()) for req in shapes.values())
 
     def _evict_broken_gangs(self, stmt: Statement, scenario: Scenario) -> None:
         """A victim gang that lost pods below its minimum is evicted whole (spec 4.9: gang victims)."""
