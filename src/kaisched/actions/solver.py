@@ -65,6 +65,11 @@ class VictimSolver:
         self.max_victim_jobs = max_victim_jobs
         self.chunks: list[Chunk] = []
         self._exhausted = False
+        self._e_lists: tuple[list[int], list[float], list[int]] = ([], [], [])
+        self._e_index: dict[str, int] = {}
+        self._entries_upto = 0
+        self._entry_cache: tuple[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
+                                            npt.NDArray[np.int64]]] | None = None
         self.simulations = 0
         self.filtered = 0
 
@@ -103,42 +108,52 @@ class VictimSolver:
             heapq.heapreplace(heap, -(best - need))
         return True
 
+    def _entries(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+        """(node, GPUs, chunk index) of every materialised victim task, as arrays (cached)."""
+        n = len(self.chunks)
+        if self._entry_cache is None or self._entry_cache[0] != n:
+            nodes_, gpus_, chunks_ = self._e_lists
+            for c in range(self._entries_upto, n):
+                for t in self.chunks[c].tasks:
+                    self._e_index[t.uid] = len(nodes_)
+                    nodes_.append(t.node)
+                    gpus_.append(float(t.req[GPU]))
+                    chunks_.append(c)
+            self._entries_upto = n
+            self._entry_cache = (n, (np.array(nodes_, dtype=np.int64), np.array(gpus_, dtype=np.float64),
+                                     np.array(chunks_, dtype=np.int64)))
+        return self._entry_cache[1]
+
     def _first_passing(self, start: int, recorded_ids: set[str], free: npt.NDArray[np.float64], mask: BoolArray,
                        g: float, slots_needed: float, sum_needed: float) -> int:
         """Index of the first chunk (from ``start``) after which the uniform-need filter can pass: the
         victims' GPUs give ``slots_needed`` more g-sized slots and ``sum_needed`` more GPUs. Returns the
-        number of chunks when none does. Vectorised over blocks of chunks."""
-        nodes = self.ssn.nodes
-        schedulable = nodes.schedulable
-        block = 256
-        cur_free = free.copy()
-        cur_mask = mask.copy()
-        i = start
+        number of chunks when none does. Vectorised over all materialised chunks, materialising more in
+        doubling blocks."""
+        schedulable = self.ssn.nodes.schedulable
+        block = 64
+        if len(self.chunks) <= start:
+            self._chunk(start + block - 1)
         while True:
-            self._chunk(i + block - 1)
-            end = min(i + block, len(self.chunks))
-            if end <= i:
-                return len(self.chunks)
-            e_node: list[int] = []
-            e_gpu: list[float] = []
-            e_chunk: list[int] = []
-            for c in range(i, end):
-                for t in self.chunks[c].tasks:
-                    if t.node >= 0 and t.uid not in recorded_ids:
-                        e_node.append(t.node)
-                        e_gpu.append(float(t.req[GPU]))
-                        e_chunk.append(c)
-            if e_node:
-                en = np.array(e_node)
-                eg = np.array(e_gpu)
+            all_node, all_gpu, all_chunk = self._entries()
+            first = int(np.searchsorted(all_chunk, start))
+            keep = np.ones(len(all_node) - first, dtype=np.bool_)
+            for uid in recorded_ids:
+                k = self._e_index.get(uid)
+                if k is not None and k >= first:
+                    keep[k - first] = False
+            en = all_node[first:]
+            keep &= en >= 0
+            en, eg, ec = en[keep], all_gpu[first:][keep], all_chunk[first:][keep]
+            if len(en):
                 order = np.argsort(en, kind="stable")
                 sn, sg = en[order], eg[order]
                 starts = np.r_[0, np.flatnonzero(np.diff(sn)) + 1]
                 sizes = np.diff(np.r_[starts, len(sn)])
                 cs = np.cumsum(sg)
                 within = cs - np.repeat(cs[starts] - sg[starts], sizes)
-                base = cur_free[sn]
-                in_mask = cur_mask[sn] & schedulable[sn]
+                base = free[sn]
+                in_mask = mask[sn] & schedulable[sn]
                 new_free = base + within
                 ok = schedulable[sn]
                 new_slots = np.where(ok, np.floor(new_free / g + 1e-9), 0.0)
@@ -156,20 +171,14 @@ class VictimSolver:
                 d_sum = np.empty(len(sn))
                 d_slots[order] = new_slots - prev_slots
                 d_sum[order] = new_sum - prev_sum
-                cum_slots = np.cumsum(d_slots)
-                cum_sum = np.cumsum(d_sum)
-                passing = (cum_slots + 1e-9 >= slots_needed) & (cum_sum + 1e-9 >= sum_needed)
-                # a chunk passes when the condition holds after its last entry
-                ec = np.array(e_chunk)
+                passing = (np.cumsum(d_slots) + 1e-9 >= slots_needed) & (np.cumsum(d_sum) + 1e-9 >= sum_needed)
                 last_of_chunk = np.r_[ec[1:] != ec[:-1], True]
                 hits = np.flatnonzero(passing & last_of_chunk)
                 if len(hits):
                     return int(ec[hits[0]])
-                np.add.at(cur_free, en, eg)
-                cur_mask[en] = True
-                slots_needed -= float(cum_slots[-1])
-                sum_needed -= float(cum_sum[-1])
-            i = end
+            if self._exhausted:
+                return len(self.chunks)
+            self._chunk(len(self.chunks) + block - 1)
             block *= 2
 
     def _feasible(self, tasks: list[TaskInfo]) -> BoolArray:
