@@ -71,6 +71,7 @@ class VictimSolver:
         self._entry_cache: tuple[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
                                             npt.NDArray[np.int64]]] | None = None
         self.simulations = 0
+        self._last: tuple[list[TaskInfo], BoolArray] = ([], np.zeros(0, dtype=np.bool_))
         self.filtered = 0
 
     # ---- victim chunks (materialised lazily, shared by all k) ------------------------------------
@@ -234,6 +235,7 @@ class VictimSolver:
         if placed:
             self._evict_broken_gangs(stmt, scenario)
         if placed and all(t.is_active_allocated for t in tasks) and all(v(scenario) for v in self.validators):
+            self._last = (list(evict), feasible)
             return scenario
         stmt.rollback(checkpoint)
         return None
@@ -256,10 +258,29 @@ class VictimSolver:
                 stmt.evict(t, action=self.action, preemptor=p.key, message="")
             scenario.add_victims(job, rest)
 
+    def _allowed_nodes(self, tasks: list[TaskInfo]) -> list[BoolArray]:
+        """Per task, the nodes its static predicates (selector, affinity, taints, conditions) allow."""
+        out: list[BoolArray] = []
+        for t in tasks:
+            ok = np.ones(len(self.ssn.nodes), dtype=np.bool_)
+            for predicate in self.ssn.static_predicates:
+                codes = predicate(t)
+                if codes is not None:
+                    ok &= codes == 0
+            out.append(ok)
+        return out
+
     def _solve_partial(self, stmt: Statement, tasks: list[TaskInfo], recorded: list[TaskInfo]
                        ) -> Scenario | None:
         feasible = self._feasible(tasks)
         nodes = self.ssn.nodes
+        # node-affinity filter (spec 4.9 step 4a): P goes onto its victims' nodes, so every task needs an
+        # allowed node among them
+        allowed = [a for a in self._allowed_nodes(tasks) if not a.all()]
+        victim_nodes = np.zeros(len(nodes), dtype=np.bool_)
+
+        def affinity_ok() -> bool:
+            return all(bool((a & victim_nodes).any()) for a in allowed)
         needs = sorted((float(t.req[GPU]) for t in tasks if t.req[GPU] > 0), reverse=True)
         # GPUs the filter sees: idle + releasing on feasible nodes, plus what the potential victims hold
         free = (nodes.idle[GPU] + nodes.releasing[GPU]).copy()
@@ -273,6 +294,9 @@ class VictimSolver:
 
         recorded_ids = {t.uid for t in recorded}
         add(recorded)
+        for t in recorded:
+            if t.node >= 0:
+                victim_nodes[t.node] = True
         # O(1) necessary conditions kept up to date as victims are added: enough GPUs in all, and, when
         # every task needs the same amount g, enough g-sized slots (then they are also sufficient)
         uniform = needs[0] if needs and all(n == needs[0] for n in needs) else 0.0
@@ -300,7 +324,7 @@ class VictimSolver:
                     state["slots"] += np.floor(new / uniform + 1e-9) - np.floor(old / uniform + 1e-9)
 
         # scenario 0: the recorded victims only
-        if not quick_fail() and self._fits_gpus(needs, free, mask):
+        if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask):
             found = self._simulate(stmt, tasks, recorded, feasible)
             if found is not None:
                 return found
@@ -319,6 +343,8 @@ class VictimSolver:
                 for t in taken:
                     by_node.setdefault(t.node, []).append(t)
                 placed = [t for t in taken if t.node >= 0]
+                for t in placed:
+                    victim_nodes[t.node] = True
                 if placed:
                     idx = np.fromiter((t.node for t in placed), dtype=np.int64, count=len(placed))
                     np.add.at(free, idx, np.fromiter((t.req[GPU] for t in placed), dtype=np.float64,
@@ -339,7 +365,9 @@ class VictimSolver:
             add_tracked(new)
             for t in new:
                 by_node.setdefault(t.node, []).append(t)
-            if quick_fail() or not self._fits_gpus(needs, free, mask):
+                if t.node >= 0:
+                    victim_nodes[t.node] = True
+            if quick_fail() or not affinity_ok() or not self._fits_gpus(needs, free, mask):
                 self.filtered += 1
                 continue
             for node in sorted({t.node for t in new if t.node >= 0}):
@@ -366,5 +394,14 @@ class VictimSolver:
                 return None
             recorded = found.victim_tasks
         if found is not None:
-            stmt.describe_evictions(lambda task: self.message(task, self.preemptor))
+            # eviction messages describe the cluster as it was before this job's evictions: compute them
+            # on the untouched state, then replay the (deterministic) winning simulation
+            evict, feasible = self._last
+            victims = {t.job.key: t.job for t in found.victim_tasks if t.job is not None}
+            stmt.rollback(base)
+            messages = {t.uid: self.message(t, self.preemptor) for j in victims.values() for t in j.tasks
+                        if t.is_active_allocated}
+            found = self._simulate(stmt, tasks, evict, feasible)
+            assert found is not None, "replaying the winning simulation must give the same solution"
+            stmt.describe_evictions(lambda task: messages.get(task.uid) or self.message(task, self.preemptor))
         return found

@@ -52,6 +52,8 @@ class Session:
         self.task_order_keys: list[TaskKey] = []
         self.pod_set_order_keys: list[PodSetKey] = []
         self.predicates: list[Predicate] = []
+        # the subset of predicates that depend only on the node and the pod spec (never on placements)
+        self.static_predicates: list[Predicate] = []
         self.pre_predicates: list[PrePredicate] = []
         self.node_scorers: list[NodeScorer] = []
         self.allocate_handlers: list[TaskHandler] = []

@@ -159,6 +159,7 @@ class PredicatesPlugin(Plugin):
         self._max_alloc = ssn.nodes.allocatable.max(axis=1) if n else np.zeros(len(ssn.snapshot.resources))
         ssn.pre_predicates.append(self.max_node_resources)
         ssn.predicates.append(self.static_predicates)
+        ssn.static_predicates.append(self.static_predicates)
         ssn.predicates.append(self.host_ports)
         ssn.predicates.append(self.pod_affinity)
         from kaisched.plugins.affinity_scoring import PreferredNodeAffinityScore

@@ -1,0 +1,191 @@
+"""The victim solver and the eviction actions end to end (spec 4.9-4.12)."""
+
+from __future__ import annotations
+
+import kaisched
+from tests.unit.builders import NOW, flatten, job, node, pod, pod_group, queue, status
+
+
+def running(name: str, node_name: str, gpus: int, *, q: str = "q", n: int = 1, min_member: int | None = None,
+            priority_class: str = "train", created: str = "2025-01-01T00:00:00Z") -> list[dict[str, object]]:
+    out = [pod_group(name, queue=q, min_member=n if min_member is None else min_member,
+                     priority_class=priority_class, created=created)]
+    out += [pod(f"{name}-{i}", group=name, gpus=gpus, node=node_name, created=created) for i in range(n)]
+    return out
+
+
+def run(objs: list[dict[str, object]], actions: str) -> kaisched.CycleResult:
+    return kaisched.schedule(objs, config={"actions": actions}, now=NOW)
+
+
+def evicted(result: kaisched.CycleResult) -> list[str]:
+    return sorted(e.pod for e in result.evictions)
+
+
+def test_preempt_takes_the_lowest_priority_newest_job_first_and_pipelines_the_preemptor() -> None:
+    objs = flatten(
+        node("a", 2), queue("q"),
+        running("old", "a", 1, created="2025-01-01T00:00:00Z"),
+        running("new", "a", 1, created="2025-01-01T01:00:00Z"),
+        job("urgent", 1, gpus=1, priority_class="build-preemptible", created="2025-01-01T02:00:00Z"),
+    )
+    result = run(objs, "preempt")
+    assert evicted(result) == ["default/new-0"]
+    assert [p.pod for p in result.pipelined] == ["default/urgent-0"]
+    e = result.evictions[0]
+    assert (e.action, e.preemptor) == ("preempt", "default/urgent")
+    assert e.message == "Pod default/new-0 was preempted by higher priority workload default/urgent"
+    g = status(result, "urgent")
+    assert (g.status, g.reason) == ("Pipelined", "WaitingForVictims")
+    assert "default/new-0" in g.message
+
+
+def test_preempt_never_takes_equal_priority_or_non_preemptible_work() -> None:
+    objs = flatten(
+        node("a", 2), queue("q"),
+        running("peer", "a", 1),
+        running("serving", "a", 1, priority_class="inference"),
+        job("urgent", 1, gpus=1, priority_class="train"),
+    )
+    assert run(objs, "preempt").evictions == []
+    objs = flatten(node("a", 1), queue("q"), running("serving", "a", 1, priority_class="build"),
+                   job("top", 1, gpus=1, priority_class="inference"))
+    assert run(objs, "preempt").evictions == []
+
+
+def test_node_affinity_filter_only_evicts_where_the_preemptor_may_run() -> None:
+    objs = flatten(
+        node("a", 1, labels={"zone": "x"}), node("b", 1, labels={"zone": "y"}), queue("q"),
+        running("on-a", "a", 1, created="2025-01-01T01:00:00Z"),  # newest: the first victim candidate
+        running("on-b", "b", 1, created="2025-01-01T00:00:00Z"),
+        job("urgent", 1, gpus=1, priority_class="build-preemptible", node_selector={"zone": "y"}),
+    )
+    result = run(objs, "preempt")
+    assert evicted(result) == ["default/on-b-0"]
+    assert [(p.pod, p.node) for p in result.pipelined] == [("default/urgent-0", "b")]
+
+
+def test_a_gang_victim_is_evicted_whole() -> None:
+    objs = flatten(
+        node("a", 1), node("b", 1), queue("q"),
+        running("gang", "a", 1, n=1) ,
+    )
+    # a 2-pod gang spread over both nodes; the preemptor needs one GPU
+    objs = flatten(
+        node("a", 1), node("b", 1), queue("q"),
+        pod_group("gang", min_member=2), pod("gang-0", group="gang", gpus=1, node="a"),
+        pod("gang-1", group="gang", gpus=1, node="b"),
+        job("urgent", 1, gpus=1, priority_class="build-preemptible"),
+    )
+    result = run(objs, "preempt")
+    assert evicted(result) == ["default/gang-0", "default/gang-1"]
+    assert len(result.pipelined) == 1
+
+
+def test_an_elastic_victim_loses_its_surplus_pod_only() -> None:
+    objs = flatten(
+        node("a", 2), queue("q"),
+        pod_group("elastic", min_member=1), pod("elastic-0", group="elastic", gpus=1, node="a"),
+        pod("elastic-1", group="elastic", gpus=1, node="a"),
+        job("urgent", 1, gpus=1, priority_class="build-preemptible"),
+    )
+    result = run(objs, "preempt")
+    assert evicted(result) == ["default/elastic-1"]
+
+
+def test_consolidation_moves_a_pod_to_make_room_and_evicts_nobody_for_good() -> None:
+    objs = flatten(
+        node("a", 4), node("b", 4), queue("q"),
+        running("left", "a", 2, created="2025-01-01T00:00:00Z"),
+        running("right", "b", 2, created="2025-01-01T01:00:00Z"),
+        job("big", 1, gpus=4, created="2025-01-01T02:00:00Z"),
+    )
+    result = run(objs, "consolidation")
+    assert evicted(result) == ["default/right-0"]
+    moved = {p.pod: p.node for p in result.pipelined}
+    assert moved == {"default/right-0": "a", "default/big-0": "b"}
+    assert "bin packing" in result.evictions[0].message
+
+
+def test_consolidation_does_nothing_when_the_victim_cannot_be_moved() -> None:
+    objs = flatten(
+        node("a", 4), node("b", 4), queue("q"),
+        running("left", "a", 3), running("right", "b", 3),
+        job("big", 1, gpus=2),
+    )
+    result = run(objs, "consolidation")
+    assert result.evictions == [] and result.pipelined == []
+
+
+def test_consolidation_is_disabled_by_zero_preemptees() -> None:
+    objs = flatten(
+        node("a", 4), node("b", 4), queue("q"),
+        running("left", "a", 2), running("right", "b", 2, created="2025-01-01T01:00:00Z"),
+        job("big", 1, gpus=4, created="2025-01-01T02:00:00Z"),
+    )
+    result = kaisched.schedule(objs, config={"actions": "consolidation",
+                                             "params": {"max-consolidation-preemptees": 0}}, now=NOW)
+    assert result.evictions == []
+
+
+def test_reclaim_takes_from_the_queue_over_its_share_with_kai_message() -> None:
+    objs = flatten(
+        node("a", 4),
+        queue("greedy", gpu=0, gpu_weight=0), queue("owner", gpu=4),
+        running("g1", "a", 2, q="greedy", created="2025-01-01T00:00:00Z"),
+        running("g2", "a", 2, q="greedy", created="2025-01-01T01:00:00Z"),
+        job("mine", 1, gpus=2, queue="owner", created="2025-01-01T02:00:00Z"),
+    )
+    result = run(objs, "reclaim")
+    assert evicted(result) == ["default/g2-0"]
+    e = result.evictions[0]
+    assert e.action == "reclaim" and e.preemptor == "default/mine"
+    assert e.message.startswith("Pod default/g2-0 was preempted by workload default/mine.\ngreedy uses <GPU: 4")
+    assert [p.pod for p in result.pipelined] == ["default/mine-0"]
+
+
+def test_reclaim_never_takes_from_a_queue_within_its_fair_share() -> None:
+    objs = flatten(
+        node("a", 4),
+        queue("a-team", gpu=2), queue("b-team", gpu=2),
+        running("a1", "a", 2, q="a-team"), running("b1", "a", 2, q="b-team"),
+        job("more", 1, gpus=2, queue="a-team"),
+    )
+    assert run(objs, "reclaim").evictions == []
+
+
+def test_min_runtime_protects_freshly_started_victims() -> None:
+    protected = pod_group("fresh", queue="greedy", created="2025-01-01T11:00:00Z")
+    protected["metadata"]["annotations"] = {"kai.scheduler/last-start-timestamp": "2025-01-01T11:59:00Z"}
+    greedy = queue("greedy", gpu=0, gpu_weight=0)
+    greedy["spec"]["reclaimMinRuntime"] = "10m"
+    objs = flatten(
+        node("a", 2), greedy, queue("owner", gpu=2), protected,
+        pod("fresh-0", group="fresh", gpus=2, node="a"),
+        job("mine", 1, gpus=2, queue="owner"),
+    )
+    assert run(objs, "reclaim").evictions == []
+    greedy["spec"]["reclaimMinRuntime"] = "30s"
+    assert evicted(run(objs, "reclaim")) == ["default/fresh-0"]
+
+
+def test_stale_gang_is_evicted_after_the_grace_period() -> None:
+    pg = pod_group("broken", min_member=2)
+    pg["metadata"]["annotations"] = {"kai.scheduler/stale-podgroup-timestamp": "2025-01-01T11:58:00Z"}
+    objs = flatten(node("a", 2), queue("q"), pg, pod("broken-0", group="broken", gpus=1, node="a"),
+                   pod("broken-1", group="broken", gpus=1, phase="Failed"))
+    result = run(objs, "stalegangeviction")
+    assert evicted(result) == ["default/broken-0"]
+    assert result.evictions[0].preemptor is None or result.evictions[0].preemptor == ""
+
+
+def test_full_cycle_is_deterministic_with_evictions() -> None:
+    objs = flatten(
+        node("a", 4), node("b", 4),
+        queue("greedy", gpu=0, gpu_weight=0), queue("owner", gpu=4),
+        *[running(f"g{i}", "ab"[i % 2], 2, q="greedy", created=f"2025-01-01T0{i}:00:00Z") for i in range(4)],
+        job("mine", 2, gpus=2, queue="owner", created="2025-01-01T09:00:00Z"),
+    )
+    first = kaisched.schedule(objs, now=NOW).to_dict()
+    assert first == kaisched.schedule(objs, now=NOW).to_dict()
+    assert len(first["evictions"]) == 2 and len(first["pipelined"]) == 2
