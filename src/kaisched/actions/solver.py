@@ -132,9 +132,9 @@ class VictimSolver:
         number of chunks when none does. Vectorised over all materialised chunks, materialising more in
         doubling blocks."""
         schedulable = self.ssn.nodes.schedulable
-        block = 64
+        block = 4
         if len(self.chunks) <= start:
-            self._chunk(start + block - 1)
+            self._chunk(start)
         while True:
             all_node, all_gpu, all_chunk = self._entries()
             first = int(np.searchsorted(all_chunk, start))

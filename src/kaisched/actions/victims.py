@@ -78,9 +78,15 @@ class VictimQueue:
             node = _Node(name, parent)
             self._nodes[name] = node
             (parent.children if parent is not None else self._roots).append(node)
+        self._chunks: dict[str, tuple[int, int, list[TaskInfo]]] = {}
+        order_key = ssn.cached_job_order_key
         for job in jobs:
-            if job.queue in self._nodes:
-                self._push(job)
+            leaf = self._nodes.get(job.queue)
+            if leaf is not None:
+                leaf.heap.append((_Reversed(order_key(job)), next(self._seq), job))
+        for each in self._nodes.values():
+            if len(each.heap) > 1:
+                heapq.heapify(each.heap)
 
     def _push(self, job: PodGroupInfo) -> None:
         """Queue a victim job, ordered as the job made of its not-yet-taken tasks (KAI pushes back the
@@ -107,6 +113,16 @@ class VictimQueue:
         }
 
     def chunk_of(self, job: PodGroupInfo) -> list[TaskInfo]:
+        """The next chunk of ``job`` (cached until the job or what was taken from it changes)."""
+        taken = len(self._taken.get(job.key, ()))
+        cached = self._chunks.get(job.key)
+        if cached is not None and cached[0] == job.version and cached[1] == taken:
+            return cached[2]
+        chunk = self._compute_chunk(job)
+        self._chunks[job.key] = (job.version, taken, chunk)
+        return chunk
+
+    def _compute_chunk(self, job: PodGroupInfo) -> list[TaskInfo]:
         remaining = self._remaining(job)
         surplus = [ps for ps in job.pod_sets.values() if len(remaining[ps.name]) > ps.min_available]
         if surplus:

@@ -78,6 +78,7 @@ class Session:
         self.started_jobs: set[str] = set()
         # uids of virtually evicted tasks that a victim simulation may place again (spec 4.4)
         self.revivable: set[str] = set()
+        self._job_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:
@@ -120,6 +121,15 @@ class Session:
     # ---- ordering -----------------------------------------------------------------------------------
     def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
         return (*(fn(job) for fn in self.job_order_keys), job.creation, job.uid)
+
+    def cached_job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
+        """:meth:`job_order_key`, cached until one of the job's tasks changes (``job.version``)."""
+        cached = self._job_keys.get(job.uid)
+        if cached is not None and cached[0] == job.version:
+            return cached[1]
+        key = self.job_order_key(job)
+        self._job_keys[job.uid] = (job.version, key)
+        return key
 
     def task_order_key(self, task: TaskInfo) -> tuple[object, ...]:
         return (*(fn(task) for fn in self.task_order_keys), task.creation, task.uid)
