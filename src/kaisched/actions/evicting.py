@@ -38,7 +38,7 @@ def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
 
 
 def has_active(job: PodGroupInfo) -> bool:
-    return any(t.status in ACTIVE_ALLOCATED for t in job.tasks)
+    return any(t.status in ACTIVE_ALLOCATED for ps in job.pod_sets.values() for t in ps.tasks)
 
 
 def preempt_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
@@ -71,7 +71,21 @@ class EvictingAction(Action):
     def max_victim_jobs(self, ssn: Session) -> int:
         return -1
 
+    def preemptible_running(self, ssn: Session) -> list[PodGroupInfo]:
+        """Preemptible jobs with active pods (cached per job version): the pool every action picks from."""
+        out = []
+        for job in self._preemptible:
+            cached = self._active.get(job.uid)
+            if cached is None or cached[0] != job.version:
+                cached = (job.version, has_active(job))
+                self._active[job.uid] = cached
+            if cached[1]:
+                out.append(job)
+        return out
+
     def execute(self, ssn: Session) -> None:
+        self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
+        self._active: dict[str, tuple[int, bool]] = {}
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -125,13 +139,11 @@ class ReclaimAction(EvictingAction):
         return gate(job) if gate is not None else False
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
-        out = []
-        for v in ssn.jobs.values():
-            if v is job or v.queue == job.queue or not v.preemptible or not has_active(v):
-                continue
-            if all(f(job, v) for f in ssn.reclaim_victim_filters):
-                out.append(v)
-        return out
+        filters = ssn.reclaim_victim_filters
+        return [
+            v for v in self.preemptible_running(ssn)
+            if v is not job and v.queue != job.queue and all(f(job, v) for f in filters)
+        ]
 
     def validators(self, ssn: Session) -> list[Validator]:
         return list(ssn.reclaim_scenario_validators)
@@ -161,15 +173,11 @@ class PreemptAction(EvictingAction):
         return err is None or err.reason != "NonPreemptibleOverQuota"
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
-        out = []
-        for v in ssn.jobs.values():
-            if v is job or v.queue != job.queue or not v.preemptible or v.priority >= job.priority:
-                continue
-            if not has_active(v):
-                continue
-            if all(f(job, v) for f in ssn.preempt_victim_filters):
-                out.append(v)
-        return out
+        filters = ssn.preempt_victim_filters
+        return [
+            v for v in self.preemptible_running(ssn)
+            if v is not job and v.queue == job.queue and v.priority < job.priority and all(f(job, v) for f in filters)
+        ]
 
     def validators(self, ssn: Session) -> list[Validator]:
         return list(ssn.preempt_scenario_validators)
@@ -195,7 +203,7 @@ class ConsolidationAction(EvictingAction):
         return free + 1e-9 >= need
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
-        return [v for v in ssn.jobs.values() if v is not job and v.preemptible and has_active(v)]
+        return [v for v in self.preemptible_running(ssn) if v is not job]
 
     def validators(self, ssn: Session) -> list[Validator]:
         return [all_victims_moved]

@@ -179,7 +179,7 @@ class MinRuntimePlugin(Plugin):
         return cached
 
     def is_reclaim_protected(self, reclaimer: PodGroupInfo, victim: PodGroupInfo) -> bool:
-        key = (reclaimer.key, victim.key)
+        key = (reclaimer.queue, victim.key)  # protection depends on the reclaimer's queue only
         cached = self._reclaim_protected.get(key)
         if cached is None:
             cached = self._protected(victim, self.resolver.reclaim(reclaimer.queue, victim.queue))
@@ -188,10 +188,10 @@ class MinRuntimePlugin(Plugin):
 
     # ---- hooks ------------------------------------------------------------------------------------
     def preempt_filter(self, pending: PodGroupInfo, victim: PodGroupInfo) -> bool:
-        return victim.is_elastic() or not self.is_preempt_protected(victim)
+        return not self.is_preempt_protected(victim) or victim.is_elastic()
 
     def reclaim_filter(self, pending: PodGroupInfo, victim: PodGroupInfo) -> bool:
-        return victim.is_elastic() or not self.is_reclaim_protected(pending, victim)
+        return not self.is_reclaim_protected(pending, victim) or victim.is_elastic()
 
     def preempt_validator(self, scenario: Scenario) -> bool:
         return all(
