@@ -332,6 +332,11 @@ class VictimSolver:
             self.filtered += 1
         potential: list[TaskInfo] = list(recorded)
         by_node: dict[int, list[TaskInfo]] = {}
+        recorded_target = np.zeros(len(nodes), dtype=np.bool_)
+        for t in recorded:
+            if t.node >= 0:
+                recorded_target[t.node] = nodes.schedulable[t.node]
+        target = recorded_target.copy()
         i = 0
         while True:
             if uniform and quick_fail():
@@ -371,6 +376,13 @@ class VictimSolver:
                 self.filtered += 1
                 continue
             for node in sorted({t.node for t in new if t.node >= 0}):
+                # P only goes onto the recorded victims' nodes and this one: skip hopeless nodes cheaply
+                target[node] = nodes.schedulable[node]
+                hopeless = bool(needs) and not self._fits_gpus(needs, free, target)
+                target[node] = recorded_target[node]
+                if hopeless:
+                    self.filtered += 1
+                    continue
                 found = self._simulate(stmt, tasks, [*recorded, *by_node[node]], feasible)
                 if found is not None:
                     return found
