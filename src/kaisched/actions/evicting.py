@@ -11,7 +11,7 @@ from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
 from kaisched.model.job import FitError, PodGroupInfo
 from kaisched.model.resources import GPU
-from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
+from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 
 Difficulty = tuple[int, tuple[tuple[float, ...], ...]]
@@ -38,7 +38,8 @@ def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
 
 
 def has_active(job: PodGroupInfo) -> bool:
-    return any(t.status in ACTIVE_ALLOCATED for ps in job.pod_sets.values() for t in ps.tasks)
+    """The job has pods that may be victims (running since before this cycle)."""
+    return any(t.is_settled_active for ps in job.pod_sets.values() for t in ps.tasks)
 
 
 def preempt_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:

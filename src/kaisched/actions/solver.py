@@ -37,7 +37,7 @@ from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
 from kaisched.model.job import PodGroupInfo
 from kaisched.model.resources import GPU
-from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
+from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 
 MessageFn = Callable[[TaskInfo, PodGroupInfo], str]
@@ -253,7 +253,7 @@ class VictimSolver:
             job = victim.job
             if job.is_allocated_gang_satisfied():
                 continue
-            rest = [t for t in job.tasks if t.status in ACTIVE_ALLOCATED]
+            rest = [t for t in job.tasks if t.is_settled_active]
             for t in rest:
                 stmt.evict(t, action=self.action, preemptor=p.key, message="")
             scenario.add_victims(job, rest)

@@ -106,9 +106,18 @@ class VictimQueue:
 
     # ---- chunks (spec 4.4) ------------------------------------------------------------------------
     def _remaining(self, job: PodGroupInfo) -> dict[str, list[TaskInfo]]:
+        """Per pod set, the pods that may still be taken (settled, not taken yet)."""
         taken = self._taken.get(job.key, set())
         return {
-            name: [t for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.uid not in taken]
+            name: [t for t in ps.tasks if t.is_settled_active and t.uid not in taken]
+            for name, ps in job.pod_sets.items()
+        }
+
+    def _active_left(self, job: PodGroupInfo) -> dict[str, int]:
+        """Per pod set, the active pods the job keeps after what was taken (placed-this-cycle ones too)."""
+        taken = self._taken.get(job.key, set())
+        return {
+            name: sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.uid not in taken)
             for name, ps in job.pod_sets.items()
         }
 
@@ -124,7 +133,9 @@ class VictimQueue:
 
     def _compute_chunk(self, job: PodGroupInfo) -> list[TaskInfo]:
         remaining = self._remaining(job)
-        surplus = [ps for ps in job.pod_sets.values() if len(remaining[ps.name]) > ps.min_available]
+        left = self._active_left(job)
+        surplus = [ps for ps in job.pod_sets.values()
+                   if left[ps.name] > ps.min_available and remaining[ps.name]]
         if surplus:
             order = self.ssn.pod_set_order(job)
             ps = next(p for p in reversed(order) if p in surplus)

@@ -196,8 +196,10 @@ class Session:
                 result.binds.append(Placement(t.key, names[t.node]))
                 if t.job is not None:
                     bound_jobs.add(t.job.key)
+        seen: set[str] = set()
         for t in self.pipelined:
-            if t.status is TaskStatus.PIPELINED:
+            if t.status is TaskStatus.PIPELINED and t.uid not in seen:
+                seen.add(t.uid)
                 result.pipelined.append(Placement(t.key, names[t.node]))
                 if t.job is not None:
                     pipelined_jobs.add(t.job.key)

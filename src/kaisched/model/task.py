@@ -53,6 +53,14 @@ class TaskInfo:
         return self.status in ACTIVE_ALLOCATED
 
     @property
+    def is_settled_active(self) -> bool:
+        """Active-allocated and not bound in this cycle: the pods that may be victims. As in KAI, a pod
+        pipelined earlier in the cycle (also a victim moved by consolidation) may be taken again; a pod
+        *bound* in this cycle is not (evicting a bind that is still in flight only makes the two actions
+        undo each other, cycle after cycle)."""
+        return self.status in ACTIVE_ALLOCATED and self.status is not TaskStatus.BINDING
+
+    @property
     def is_allocated(self) -> bool:
         return self.status in ALLOCATED
 
