@@ -1,7 +1,14 @@
-"""``python -m benchmarks``: time and sanity-check one allocate cycle on generated clusters.
+"""``python -m benchmarks``: time and sanity-check kaisched cycles on generated clusters.
 
-Each scenario runs in a fresh interpreter (so that the process peak memory is its own); the parent
-collects the figures and prints the table. Exit status 1 when a sanity check fails, whatever the speed.
+Two suites:
+
+* ``allocate`` (the default): one allocate cycle on 1,000-node clusters (``benchmarks/allocate.py``);
+* ``actions``: KAI's action benchmark shapes, one action each on 10 to 1,000 nodes, and heavier
+  variants of reclaim, preempt and consolidation that make the action evict (``benchmarks/actions.py``).
+
+Each scenario (each shape and size) runs in a fresh interpreter (so that the process peak memory is its
+own); the parent collects the figures and prints the tables. Exit status 1 when a sanity check fails,
+whatever the speed.
 """
 
 from __future__ import annotations
@@ -13,9 +20,12 @@ import os
 import pstats
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import kaisched
+from benchmarks import actions
 from benchmarks.allocate import (
     NOW,
     Inventory,
@@ -29,42 +39,93 @@ from benchmarks.allocate import (
 from benchmarks.clusters import SCENARIOS
 
 _ROOT = Path(__file__).resolve().parent.parent
+SUITES = ("allocate", "actions", "all")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="Time one kaisched allocate cycle on generated clusters (1,000 nodes x 8 GPUs) and check "
-                    "that its outcome makes sense. Exits 1 when a check fails.",
+        description="Time kaisched scheduling cycles on generated clusters and check that their outcome makes "
+                    "sense. Suites: 'allocate' (one allocate cycle on 1,000 nodes x 8 GPUs) and 'actions' (KAI's "
+                    "action benchmark set-ups: allocate, reclaim-kai, preempt-kai, consolidation-kai, "
+                    "reclaim-large-jobs; and the heavier, evicting variants reclaim, preempt, consolidation). "
+                    "Exits 1 when a check fails.",
     )
-    p.add_argument("--smoke", action="store_true", help="tiny sizes (20 nodes) for CI: a few seconds in all")
-    p.add_argument("--scenario", choices=SCENARIOS, action="append",
-                   help="run only this scenario (repeatable; default: all of %(choices)s)")
-    p.add_argument("--repeat", type=int, default=3, metavar="N",
-                   help="timed cycles per scenario; the best wall time is reported (default: %(default)s)")
+    p.add_argument("--suite", choices=SUITES,
+                   help="what to run (default: 'allocate', with --smoke 'all'; --scenario implies its suite)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes for CI (20-node allocate scenarios, 10-node action shapes): a few seconds")
+    p.add_argument("--scenario", choices=(*SCENARIOS, *actions.SHAPES), action="append",
+                   help="run only this scenario or action shape (repeatable)")
+    p.add_argument("--nodes", type=int, action="append", metavar="N",
+                   help="action shapes: run these node counts instead of the shape's sizes (repeatable)")
+    p.add_argument("--repeat", type=int, metavar="N",
+                   help="timed cycles per scenario (default: 3 for allocate, the best is reported; 5 for actions, "
+                        "the median is reported)")
+    p.add_argument("--budget", type=float, default=120.0, metavar="S",
+                   help="action shapes: stop repeating once the cycles took S seconds (at least one runs), and "
+                        "skip the traced cycle when it would take longer (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="action shapes: give up on one size after S seconds in all (reported as a timeout, "
+                        "not a failure; default: %(default)s)")
     p.add_argument("--actions", default="allocate",
-                   help="'allocate' (default: one allocate cycle), 'default' (KAI's default action list) "
-                        "or a comma-separated list of actions")
+                   help="allocate suite: 'allocate' (default: one allocate cycle), 'default' (KAI's default "
+                        "action list) or a comma-separated list of actions")
     p.add_argument("--no-trace", action="store_true",
                    help="skip the extra tracemalloc cycle that measures Python allocation peak")
     p.add_argument("--in-process", action="store_true",
                    help="run every scenario in this process (the RSS column then is the running maximum)")
+    p.add_argument("--markdown", action="store_true", help="print the action table as Markdown")
     p.add_argument("--json", metavar="FILE", type=Path, help="also write the figures as JSON to FILE ('-': stdout)")
-    p.add_argument("--profile", choices=SCENARIOS, metavar="SCENARIO",
-                   help="instead of timing, print the top cProfile entries of one cycle of SCENARIO")
+    p.add_argument("--profile", choices=(*SCENARIOS, *actions.SHAPES), metavar="SCENARIO",
+                   help="instead of timing, print the top cProfile entries of one cycle of SCENARIO (an action "
+                        "shape on its --nodes, default 100, 10 with --smoke)")
     p.add_argument("--top", type=int, default=25, metavar="N", help="entries printed by --profile (default: 25)")
     p.add_argument("--sort", default="cumulative", choices=("cumulative", "tottime", "ncalls"),
                    help="order of --profile entries (default: %(default)s)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.repeat < 1:
+    if args.repeat is not None and args.repeat < 1:
         p.error("--repeat must be at least 1")
     if args.top < 1:
         p.error("--top must be at least 1")
+    if args.nodes and min(args.nodes) < 1:
+        p.error("--nodes must be at least 1")
+    large = "reclaim-large-jobs"
+    if args.nodes and min(args.nodes) < 10 and (args.profile == large or large in selected(args)[1]):
+        p.error(f"{large} needs --nodes of at least 10 (its job has nodes/10 pods)")
+    if args.suite in ("allocate", "actions") and args.scenario:
+        members = SCENARIOS if args.suite == "allocate" else actions.SHAPES
+        wrong = [s for s in args.scenario if s not in members]
+        if wrong:
+            p.error(f"--scenario {wrong[0]} is not in --suite {args.suite}")
     return args
 
 
+def selected(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The allocate scenarios and the action shapes to run."""
+    if args.scenario:
+        return ([s for s in SCENARIOS if s in args.scenario], [s for s in actions.SHAPES if s in args.scenario])
+    suite = args.suite or ("all" if args.smoke else "allocate")
+    return (list(SCENARIOS) if suite in ("allocate", "all") else [],
+            list(actions.SHAPES) if suite in ("actions", "all") else [])
+
+
+def action_runs(args: argparse.Namespace, shapes: list[str]) -> list[tuple[str, int]]:
+    return [(shape, n) for shape in shapes for n in (args.nodes or actions.sizes(shape, args.smoke))]
+
+
+# ------------------------------------------------------------------------------------------ profile
+
+
+def _print_profile(prof: cProfile.Profile, args: argparse.Namespace) -> None:
+    stats = pstats.Stats(prof, stream=sys.stdout)
+    stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
+
+
 def profile(args: argparse.Namespace) -> int:
+    if args.profile in actions.SHAPES:
+        return profile_action(args)
     cluster, gen_s = generate(args.profile, args.smoke)
     config = scheduler_config(args.actions)
     print(f"{args.profile}: {cluster.description}; {len(cluster.objects):,} objects generated in {gen_s:.3f} s")
@@ -76,52 +137,128 @@ def profile(args: argparse.Namespace) -> int:
     print(f"{len(result.binds):,} binds; checks: {'ok' if not failures else 'FAIL'}")
     for f in failures:
         print(f"  FAIL {f}")
-    stats = pstats.Stats(prof, stream=sys.stdout)
-    stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
+    _print_profile(prof, args)
     return 1 if failures else 0
 
 
-def _run_one(args: argparse.Namespace, scenario: str) -> Measurement:
-    return measure(scenario, smoke=args.smoke, repeat=args.repeat, actions=args.actions,
-                   trace_memory=not args.no_trace)
+def profile_action(args: argparse.Namespace) -> int:
+    shape = args.profile
+    nodes = args.nodes[0] if args.nodes else (actions.SMOKE_NODES if args.smoke else 100)
+    cluster, gen_s = actions.generate(shape, nodes)
+    print(f"{shape} ({cluster.action}), {nodes} nodes: {cluster.description}; {len(cluster.objects):,} objects "
+          f"generated in {gen_s:.3f} s")
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    result = kaisched.schedule(cluster.objects, cluster.config, NOW)
+    prof.disable()
+    wall = time.perf_counter() - t0
+    failures = actions.check(cluster, actions.Census.of(cluster.objects), result)
+    print(f"{wall:.3f} s under cProfile; {len(result.binds):,} binds, {len(result.pipelined):,} pipelined, "
+          f"{len(result.evictions):,} evictions; checks: {'ok' if not failures else 'FAIL'}")
+    for f in failures:
+        print(f"  FAIL {f}")
+    _print_profile(prof, args)
+    return 1 if failures else 0
 
 
-def _run_isolated(args: argparse.Namespace, scenario: str) -> Measurement:
-    """One scenario in a fresh interpreter, so that its ru_maxrss is its own."""
-    cmd = [sys.executable, "-m", "benchmarks", "--worker", "--scenario", scenario, "--repeat", str(args.repeat),
-           "--actions", args.actions]
-    if args.smoke:
-        cmd.append("--smoke")
-    if args.no_trace:
-        cmd.append("--no-trace")
+# ------------------------------------------------------------------------------------------- running
+
+
+def _worker_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=False)
+    return env
+
+
+def _common_flags(args: argparse.Namespace, repeat: int) -> list[str]:
+    flags = ["--repeat", str(repeat)]
+    if args.smoke:
+        flags.append("--smoke")
+    if args.no_trace:
+        flags.append("--no-trace")
+    return flags
+
+
+def _run_allocate(args: argparse.Namespace, scenario: str, repeat: int) -> Measurement:
+    if args.in_process:
+        return measure(scenario, smoke=args.smoke, repeat=repeat, actions=args.actions,
+                       trace_memory=not args.no_trace)
+    # one scenario in a fresh interpreter, so that its ru_maxrss is its own
+    cmd = [sys.executable, "-m", "benchmarks", "--worker", "--scenario", scenario, "--actions", args.actions,
+           *_common_flags(args, repeat)]
+    proc = subprocess.run(cmd, env=_worker_env(), stdout=subprocess.PIPE, text=True, check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
         raise SystemExit(f"benchmark worker for {scenario!r} failed (exit {proc.returncode})")
     return Measurement.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _run_action(args: argparse.Namespace, shape: str, nodes: int, repeat: int) -> actions.ActionMeasurement:
+    if args.in_process:
+        return actions.measure(shape, nodes, smoke=args.smoke, repeat=repeat, budget_s=args.budget,
+                               trace_memory=not args.no_trace)
+    cmd = [sys.executable, "-m", "benchmarks", "--worker", "--scenario", shape, "--nodes", str(nodes),
+           "--budget", str(args.budget), *_common_flags(args, repeat)]
+    try:
+        proc = subprocess.run(cmd, env=_worker_env(), stdout=subprocess.PIPE, text=True, check=False,
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return actions.ActionMeasurement.timed_out(shape, nodes, args.smoke, args.timeout)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise SystemExit(f"benchmark worker for {shape!r} on {nodes} nodes failed (exit {proc.returncode})")
+    return actions.ActionMeasurement.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def worker(args: argparse.Namespace) -> int:
+    scenario = args.scenario[0]
+    if scenario in actions.SHAPES:
+        nodes = args.nodes[0] if args.nodes else actions.sizes(scenario, args.smoke)[0]
+        m: Measurement | actions.ActionMeasurement = actions.measure(
+            scenario, nodes, smoke=args.smoke, repeat=args.repeat or 5, budget_s=args.budget,
+            trace_memory=not args.no_trace)
+    else:
+        m = measure(scenario, smoke=args.smoke, repeat=args.repeat or 3, actions=args.actions,
+                    trace_memory=not args.no_trace)
+    print(json.dumps(m.to_dict()))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.profile:
         return profile(args)
-    scenarios: list[str] = args.scenario or list(SCENARIOS)
     if args.worker:
-        print(json.dumps(_run_one(args, scenarios[0]).to_dict()))
-        return 0
-    results: list[Measurement] = []
+        return worker(args)
+    scenarios, shapes = selected(args)
+    alloc_repeat = args.repeat or 3
+    action_repeat = args.repeat or 5
+    smoke = " (smoke)" if args.smoke else ""
+
+    allocate_results: list[Measurement] = []
     for name in scenarios:
-        print(f"running {name}{' (smoke)' if args.smoke else ''} ...", file=sys.stderr, flush=True)
-        results.append(_run_one(args, name) if args.in_process else _run_isolated(args, name))
-    print(format_report(results, args.repeat))
+        print(f"running {name}{smoke} ...", file=sys.stderr, flush=True)
+        allocate_results.append(_run_allocate(args, name, alloc_repeat))
+    action_results: list[actions.ActionMeasurement] = []
+    for shape, nodes in action_runs(args, shapes):
+        print(f"running {shape} on {nodes} nodes{smoke} ...", file=sys.stderr, flush=True)
+        action_results.append(_run_action(args, shape, nodes, action_repeat))
+
+    reports: list[str] = []
+    if allocate_results:
+        reports.append(format_report(allocate_results, alloc_repeat))
+    if action_results:
+        reports.append(actions.format_report(action_results, action_repeat, args.markdown))
+    print("\n\n".join(reports))
     if args.json is not None:
-        text = json.dumps([m.to_dict() for m in results], indent=2)
+        records: list[dict[str, Any]] = [m.to_dict() for m in allocate_results]
+        records += [m.to_dict() for m in action_results]
+        text = json.dumps(records, indent=2)
         if str(args.json) == "-":
             print(text)
         else:
             args.json.write_text(text + "\n")
-    return 0 if all(m.ok for m in results) else 1
+    ok = all(m.ok for m in allocate_results) and all(m.ok for m in action_results)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

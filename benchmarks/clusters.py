@@ -58,27 +58,32 @@ def node(name: str) -> Obj:
     }
 
 
-def _resources(gpu_quota: float) -> dict[str, dict[str, float]]:
+def _resources(gpu_quota: float, gpu_weight: float = 1) -> dict[str, dict[str, float]]:
     return {
-        "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
+        "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": gpu_weight},
         "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
         "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
     }
 
 
-def queue(name: str, parent: str | None, gpu_quota: float) -> Obj:
-    spec: Obj = {"resources": _resources(gpu_quota)}
+def queue(name: str, parent: str | None, gpu_quota: float, gpu_weight: float = 1) -> Obj:
+    spec: Obj = {"resources": _resources(gpu_quota, gpu_weight)}
     if parent is not None:
         spec["parentQueue"] = parent
     return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 
 
-def pod_group(name: str, queue_name: str, min_member: int) -> Obj:
+def pod_group(name: str, queue_name: str, min_member: int, priority_class: str = PRIORITY_CLASS,
+              created: str | None = None) -> Obj:
+    """A PodGroup; ``created`` (RFC 3339) sets metadata.creationTimestamp, which orders equal jobs."""
+    metadata: Obj = {"name": name, "namespace": NAMESPACE}
+    if created is not None:
+        metadata["creationTimestamp"] = created
     return {
         "apiVersion": "scheduling.run.ai/v2alpha2",
         "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {"queue": queue_name, "minMember": min_member, "priorityClassName": PRIORITY_CLASS},
+        "metadata": metadata,
+        "spec": {"queue": queue_name, "minMember": min_member, "priorityClassName": priority_class},
     }
 
 
