@@ -5,6 +5,7 @@ from __future__ import annotations
 from kaisched.actions.allocate import pending_jobs
 from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
+from kaisched.actions.placement import allocate_job
 from kaisched.actions.solver import MessageFn, Validator, VictimSolver
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
@@ -100,6 +101,8 @@ class EvictingAction(Action):
                 known = failed.get(key)
                 if known is not None and not difficulty < known:
                     continue  # a job with the same constraints that was no harder already failed
+            if self.fits_without_victims(ssn, job):
+                continue  # nothing needs evicting: allocate places it (now, or next cycle)
             victims = self.victims(ssn, job)
             if not victims:
                 continue
@@ -118,6 +121,14 @@ class EvictingAction(Action):
                 continue
             self.accept(ssn, job, scenario)
             stmt.commit()
+
+    @staticmethod
+    def fits_without_victims(ssn: Session, job: PodGroupInfo) -> bool:
+        """The job's next tasks fit on idle or releasing resources as things are (tried, then undone)."""
+        stmt = Statement(ssn)
+        fits = allocate_job(ssn, job, stmt, pipeline_only=True, explain=False)
+        stmt.discard()
+        return fits
 
     def accept(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> None:
         job.fit_errors = []
