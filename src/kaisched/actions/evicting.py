@@ -39,8 +39,12 @@ def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
 
 
 def has_active(job: PodGroupInfo) -> bool:
-    """The job has pods that may be victims (running since before this cycle)."""
-    return any(t.is_settled_active for ps in job.pod_sets.values() for t in ps.tasks)
+    """The job may be a victim: it has active pods, and none of its pods is being bound in this cycle (a job
+    whose bind is in flight is left alone rather than cut below its minimum or undone at once)."""
+    tasks = [t for ps in job.pod_sets.values() for t in ps.tasks]
+    if any(t.status is TaskStatus.BINDING for t in tasks):
+        return False
+    return any(t.is_settled_active for t in tasks)
 
 
 def preempt_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:

@@ -155,7 +155,17 @@ class Statement:
     def commit(self) -> None:
         """Make the operations decisions of this cycle, in log order."""
         ssn = self.ssn
-        for op in self._ops:
+        # an eviction that a later put-back in this statement cancels is no eviction
+        live_evict: dict[str, int] = {}
+        cancelled: set[int] = set()
+        for i, op in enumerate(self._ops):
+            if op.kind is OpKind.EVICT:
+                live_evict[op.task.uid] = i
+            elif op.kind is OpKind.UNEVICT and op.task.uid in live_evict:
+                cancelled.add(live_evict.pop(op.task.uid))
+        for i, op in enumerate(self._ops):
+            if i in cancelled:
+                continue
             task = op.task
             if op.kind is OpKind.ALLOCATE:
                 ssn.nodes.remove_task(task, task.node)
