@@ -160,6 +160,10 @@ def build_queue_tree(
             reclaim_min_runtime=q.reclaim_min_runtime,
         )
     if not full_hierarchy_fairness:
+        for name, qi in infos.items():
+            if qi.parent is None and name != "default":
+                dropped[name] = (f"Queue '{name}' is a top-level queue, which is not scheduled with "
+                                 "full-hierarchy-fairness=false (its children are)")
         infos = _flatten(infos, now)
     ordered = sorted(infos.values(), key=QueueInfo.order_key)
     roots: list[str] = []
