@@ -286,17 +286,7 @@ class VictimSolver:
         free = (nodes.idle[GPU] + nodes.releasing[GPU]).copy()
         mask = feasible & nodes.schedulable
 
-        def add(victims: list[TaskInfo]) -> None:
-            for t in victims:
-                if t.node >= 0:
-                    free[t.node] += t.req[GPU]
-                    mask[t.node] = nodes.schedulable[t.node]
-
         recorded_ids = {t.uid for t in recorded}
-        add(recorded)
-        for t in recorded:
-            if t.node >= 0:
-                victim_nodes[t.node] = True
         # O(1) necessary conditions kept up to date as victims are added: enough GPUs in all, and, when
         # every task needs the same amount g, enough g-sized slots (then they are also sufficient)
         uniform = needs[0] if needs and all(n == needs[0] for n in needs) else 0.0
@@ -322,6 +312,9 @@ class VictimSolver:
                 state["sum"] += new - old
                 if uniform:
                     state["slots"] += np.floor(new / uniform + 1e-9) - np.floor(old / uniform + 1e-9)
+                victim_nodes[n] = True
+
+        add_tracked(recorded)
 
         # scenario 0: the recorded victims only
         if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask):
@@ -370,8 +363,6 @@ class VictimSolver:
             add_tracked(new)
             for t in new:
                 by_node.setdefault(t.node, []).append(t)
-                if t.node >= 0:
-                    victim_nodes[t.node] = True
             if quick_fail() or not affinity_ok() or not self._fits_gpus(needs, free, mask):
                 self.filtered += 1
                 continue

@@ -66,9 +66,6 @@ class PodGroupInfo:
     def tasks(self) -> list[TaskInfo]:
         return [t for ps in self.pod_sets.values() for t in ps.tasks]
 
-    def order_key(self) -> tuple[object, ...]:
-        return (self.creation, self.uid)
-
     # ---- gang state (spec 4.4) -------------------------------------------------------------------
     def is_ready(self) -> bool:
         """Enough alive, non-gated pods to satisfy every pod set's minimum."""

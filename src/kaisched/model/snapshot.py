@@ -31,8 +31,6 @@ from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS,
 from kaisched.model.status import ACTIVE_USED, TaskStatus
 from kaisched.model.task import HostPort, TaskInfo
 
-KUBEFLOW_ROLE_LABEL = "training.kubeflow.org/job-role"
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 GPU_SHARING_ANNOTATIONS = (C.GPU_FRACTION_ANNOTATION, C.GPU_MEMORY_ANNOTATION)
 UNSUPPORTED_GPU_SHARING = "GPUSharingNotSupported"
 
@@ -232,15 +230,6 @@ def _task_priority(pod: Pod) -> int | None:
         return None
 
 
-def _role_rank(pod: Pod) -> int:
-    labels = pod.meta.labels
-    if labels.get(KUBEFLOW_ROLE_LABEL) in ("master", "launcher"):
-        return 0
-    if labels.get(RAY_NODE_TYPE_LABEL) == "head":
-        return 0
-    return 1
-
-
 def _pod_vector(pod: Pod, resources: ResourceIndex) -> Vector:
     req = resources.vector(pod.requests)
     req[PODS] = 1.0
@@ -321,7 +310,7 @@ class SnapshotBuilder:
                     other_usage += task.req[:3]
         for job in jobs.values():
             for ps in job.pod_sets.values():
-                ps.tasks.sort(key=TaskInfo.order_key)
+                ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
         total = nodes.allocatable[:3, nodes.schedulable].sum(axis=1) - other_usage
         total = np.maximum(total, 0.0)
         ordered_jobs = {k: jobs[k] for k in sorted(jobs)}
@@ -412,7 +401,7 @@ class SnapshotBuilder:
         task = TaskInfo(
             uid=meta.uid or f"{meta.namespace}/{meta.name}", name=meta.name, namespace=meta.namespace, pod=pod,
             status=status, req=_pod_vector(pod, resources), creation=_ts(meta.creation_timestamp, self.now),
-            node=node, node_name=pod.node_name, task_priority=_task_priority(pod), role_rank=_role_rank(pod),
+            node=node, node_name=pod.node_name, task_priority=_task_priority(pod),
             host_ports=_host_ports(pod), signature=_signature(pod), labels=dict(meta.labels),
             initial_status=status,
         )

@@ -30,7 +30,6 @@ class TaskInfo:
     job: PodGroupInfo | None = None
     pod_set: str = "default"
     task_priority: int | None = None  # kai.scheduler/task-priority label; None when absent/unparsable
-    role_rank: int = 1  # 0 for kubeflow master/launcher and ray head pods (allocated first)
     host_ports: tuple[HostPort, ...] = ()
     signature: tuple[object, ...] = ()  # scheduling-constraint signature (static predicate cache key)
     labels: dict[str, str] = field(default_factory=dict)
@@ -63,9 +62,3 @@ class TaskInfo:
     @property
     def is_allocated(self) -> bool:
         return self.status in ALLOCATED
-
-    def order_key(self) -> tuple[object, ...]:
-        """TaskOrder: kubeflow/ray leaders first, then task-priority label (labelled first, higher
-        first), then older pod, then smaller uid."""
-        tp = self.task_priority
-        return (self.role_rank, 0 if tp is not None else 1, -(tp or 0), self.creation, self.uid)

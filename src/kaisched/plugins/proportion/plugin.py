@@ -60,14 +60,11 @@ class QueueAttributes:
             out.append(total[r] if a == UNLIMITED else a)
         return out
 
-    def drf_share(self, extra: Vec3 | None = None) -> float:
+    def dominant_share(self, amount: Vec3) -> float:
+        """DRF share of ``amount`` against the allocatable share (spec 5.1); a zero share is penalised."""
         share = 0.0
-        alloc_share = self.alloc_share
-        for r in range(3):
-            a = self.allocated[r] + (extra[r] if extra is not None else 0.0)
-            s = alloc_share[r]
-            v = a * ZERO_SHARE_PENALTY if s == 0 else a / s
-            share = max(share, v)
+        for a, s in zip(amount, self.alloc_share, strict=True):
+            share = max(share, a * ZERO_SHARE_PENALTY if s == 0 else a / s)
         return share
 
 
@@ -241,21 +238,8 @@ class ProportionPlugin(Plugin):
         q = self.queues[queue]
         extra = self.job_request(job)
         allocated = q.allocated
-        with_job = [allocated[0] + extra[0], allocated[1] + extra[1], allocated[2] + extra[2]]
-        fair = q.fair_share
-        over_utilized = fair[0] < allocated[0] - EPS and fair[1] < allocated[1] - EPS and fair[2] < allocated[2] - EPS
-        starved = _le(with_job, q.deserved)
-        alloc_share = q.alloc_share
-        penalty = any(alloc_share[r] == 0 and with_job[r] > 0 for r in range(3))
-        return (
-            1 if over_utilized else 0,
-            0 if starved else 1,
-            -q.priority,
-            1 if penalty else 0,
-            round(q.drf_share(extra), 12),
-            round(q.drf_share(), 12),
-            q.sibling_rank,
-        )
+        with_job = [allocated[r] + extra[r] for r in range(3)]
+        return self._order_key(q, allocated, with_job, allocated)
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
         """Victim queue order (spec 4.5): the criteria of :meth:`key` for a queue that *holds* its next
@@ -264,24 +248,26 @@ class ProportionPlugin(Plugin):
         (KAI's wording, "victims plus the next candidate are subtracted", is read this way because it is
         the reading under which KAI's reclaim scenarios take from a zero-share queue first.)"""
         q = self.queues[queue]
-        alloc = q.allocated
-        held = [alloc[r] - removed[r] for r in range(3)]
+        held = [q.allocated[r] - removed[r] for r in range(3)]
         without = [held[r] - candidate[r] for r in range(3)]
+        return self._order_key(q, held, held, without)
+
+    @staticmethod
+    def _order_key(q: QueueAttributes, used: Vec3, with_job: Vec3, without_job: Vec3) -> tuple[object, ...]:
+        """Spec 5.4: over-utilised (``used`` above the fair share in every resource), not starved
+        (``with_job`` within deserved), queue priority, zero-share penalty, dominant share with and without
+        the job, then the static sibling rank."""
         fair = q.fair_share
-        share = q.alloc_share
-        over_utilized = all(fair[r] < held[r] - EPS for r in range(3))
-        starved = _le(held, q.deserved)
-        penalty = any(share[r] == 0 and held[r] > 0 for r in range(3))
-        share_held = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(held, share, strict=True))
-        share_without = max((a * ZERO_SHARE_PENALTY if s == 0 else a / s) for a, s in zip(without, share,
-                                                                                           strict=True))
+        over_utilized = all(fair[r] < used[r] - EPS for r in range(3))
+        starved = _le(with_job, q.deserved)
+        penalty = any(q.alloc_share[r] == 0 and with_job[r] > 0 for r in range(3))
         return (
             1 if over_utilized else 0,
             0 if starved else 1,
             -q.priority,
             1 if penalty else 0,
-            round(share_held, 12),
-            round(share_without, 12),
+            round(q.dominant_share(with_job), 12),
+            round(q.dominant_share(without_job), 12),
             q.sibling_rank,
         )
 
