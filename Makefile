@@ -11,10 +11,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-# the example deliberately holds one PodGroup in a queue that does not exist, so that the output shows
-# how input errors are reported; `kaisched schedule` exits 1 when the input had errors.
+# examples/cluster.yaml deliberately holds one PodGroup in a queue that does not exist, so that the output
+# shows how input errors are reported (`kaisched schedule` exits 1 when the input had errors);
+# examples/reclaim.yaml shows reclaim and preempt evicting for pending work.
 run: $(STAMP)
-	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table || test $$? -eq 1
+	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table --now 2026-01-01T02:00:00Z || test $$? -eq 1
+	$(BIN)/kaisched schedule -f examples/reclaim.yaml -o table --now 2026-01-01T02:00:00Z
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
