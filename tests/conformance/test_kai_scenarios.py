@@ -19,7 +19,7 @@ import pytest
 # Until the scheduler core lands this import fails, and so does collection of this module (only).
 from kaisched import ACTIONS, schedule
 
-from .expected_failures import EXPECTED_FAILURES
+from .expected_failures import EXPECTED_FAILURES, INEXPRESSIBLE
 from .harness import HarnessError, plan, run_scenario
 from .scenario import ENV_DIR, Scenario, conformance_dir, load_scenarios
 
@@ -42,6 +42,8 @@ def _params() -> list[object]:
             marks.append(pytest.mark.skip(reason=skip))
         elif s.id in EXPECTED_FAILURES:
             marks.append(pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[s.id]))
+        elif s.id in INEXPRESSIBLE:
+            marks.append(pytest.mark.xfail(strict=True, reason=INEXPRESSIBLE[s.id]))
         params.append(pytest.param(s, id=s.id, marks=marks))
     return params
 

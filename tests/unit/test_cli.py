@@ -13,7 +13,7 @@ from kaisched.cli import cli
 from tests.unit.builders import flatten, job, node, queue
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
-TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "errors"]
+TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "errors", "nodes"]
 NOW = "2025-01-01T12:00:00Z"
 
 

@@ -24,7 +24,8 @@ def signature(job: PodGroupInfo) -> tuple[object, ...]:
     out: list[object] = [job.priority]
     for name in sorted(job.pod_sets):
         pods = sorted(
-            repr((t.signature, t.host_ports, t.pod.priority_class_name)) for t in job.pod_sets[name].tasks
+            repr((t.signature, t.host_ports, t.pod.priority_class_name, t.gpu.kind, t.gpu.count))
+            for t in job.pod_sets[name].tasks
              if t.status is TaskStatus.PENDING
         )
         out.append((name, tuple(pods)))
@@ -34,7 +35,7 @@ def signature(job: PodGroupInfo) -> tuple[object, ...]:
 def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
     """Fewer pending pods, then smaller per-pod requests (sorted), is easier."""
     tasks = ssn.tasks_to_allocate(job)
-    reqs = sorted((tuple(float(x) for x in t.req) for t in tasks), reverse=True)
+    reqs = sorted(((t.quota_gpus, *(float(x) for x in t.req)) for t in tasks), reverse=True)
     return (len(tasks), tuple(reqs))
 
 
@@ -214,8 +215,10 @@ class ConsolidationAction(EvictingAction):
 
     def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
         nodes = ssn.nodes
-        free = float((nodes.idle[GPU] + nodes.releasing[GPU])[nodes.schedulable].sum())
-        need = sum(float(t.req[GPU]) for t in ssn.tasks_to_allocate(job))
+        ok = nodes.schedulable
+        # whole GPUs and the free room on shared ones (spec 4.10)
+        free = float((nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum)[ok].sum())
+        need = sum(t.quota_gpus for t in ssn.tasks_to_allocate(job))
         return free + 1e-9 >= need
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:

@@ -15,8 +15,9 @@ import numpy.typing as npt
 from kaisched.framework.plugin import NodeCandidates
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
+from kaisched.model.gpu import GpuKind
 from kaisched.model.job import FitError, PodGroupInfo
-from kaisched.model.resources import CPU, MEMORY
+from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.task import TaskInfo
 
 NO_NODES = "no nodes with enough resources were found"
@@ -36,13 +37,13 @@ def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int3
     else:
         open_nodes = np.ones(n, dtype=np.bool_)
     if open_nodes.any():
-        lacking = nodes.insufficient(task.req, with_releasing=True)
+        lacking = nodes.insufficient_for(task)
         if lacking:
             # one bit per insufficient resource, counted per distinct combination
             bits = np.zeros(int(open_nodes.sum()), dtype=np.int64)
             for i, (_, mask) in enumerate(lacking):
                 bits |= mask[open_nodes].astype(np.int64) << i
-            names = [ssn.snapshot.resources.describe(r) for r, _ in lacking]
+            names = [name for name, _ in lacking]
             values, counts = np.unique(bits[bits > 0], return_counts=True)
             for value, count in zip(values.tolist(), counts.tolist(), strict=True):
                 what = ", ".join(names[i] for i in range(len(lacking)) if value >> i & 1)
@@ -59,9 +60,13 @@ def _detailed_lines(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] |
     nodes = ssn.nodes
     res = ssn.snapshot.resources
     lines: list[str] = []
+    shared_ok = nodes.shared_gpu_fit(task, with_releasing=True) if task.gpu.shared else None
     for j, name in enumerate(nodes.names):
         if codes is not None and codes[j]:
             lines.append(f"{name}: {ssn.reason_text(int(codes[j]))}")
+            continue
+        if shared_ok is not None and not shared_ok[j]:
+            lines.append(f"{name}: {_shared_gpu_line(ssn, task, j)}")
             continue
         for r in np.flatnonzero(task.req > 0):
             avail = nodes.idle[r, j] + nodes.releasing[r, j]
@@ -74,6 +79,17 @@ def _detailed_lines(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] |
                 )
                 break
     return lines
+
+
+def _shared_gpu_line(ssn: Session, task: TaskInfo, node: int) -> str:
+    nodes = ssn.nodes
+    mem = float(nodes.shared.mem[node])
+    if task.gpu.kind is GpuKind.MEMORY:
+        return (f"Each gpu on the node has a gpu memory capacity of {mem:g} Mib. {task.gpu.memory_mib:g} Mib of gpu "
+                "memory has been requested.")
+    free = int(max(float(nodes.idle[GPU, node] + nodes.releasing[GPU, node]), 0.0))
+    return (f"Node didn't have enough resources: GPUs, requested: {task.gpu.describe()}, whole free GPUs: {free}, "
+            f"capacity: {float(nodes.allocatable[GPU, node]):g}")
 
 
 def _show(r: int, value: float) -> str:
@@ -100,7 +116,7 @@ def place_task(
             continue
         codes = c.copy() if codes is None else np.where(codes == 0, c, codes)
     nodes = ssn.nodes
-    fit = nodes.fits(task.req, with_releasing=True)
+    fit = nodes.fits_task(task, with_releasing=True)
     if node_mask is not None:
         fit &= node_mask
     if codes is not None:
@@ -108,7 +124,7 @@ def place_task(
     indices = np.flatnonzero(fit)
     if len(indices) == 0:
         return fit_error_histogram(ssn, task, codes) if explain else ""
-    fits_idle = nodes.fits(task.req, with_releasing=False)[indices]
+    fits_idle = nodes.fits_task(task, with_releasing=False)[indices]
     cands = NodeCandidates(indices, fits_idle)
     if len(indices) == 1:
         best = 0
@@ -118,6 +134,15 @@ def place_task(
             scores += scorer(task, cands)
         best = int(np.argmax(scores))  # first maximum: the smallest node name among ties
     node = int(indices[best])
+    if task.gpu.shared:
+        choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=pipeline_only)
+        if choice is None:  # the fit check said yes: cannot happen unless the model is inconsistent
+            raise AssertionError(f"no GPU devices for {task.key} on {nodes.names[node]} after a fit")
+        if choice.immediate and fits_idle[best] and not pipeline_only:
+            stmt.allocate(task, node, choice.groups)
+        else:
+            stmt.pipeline(task, node, choice.groups)
+        return None
     if fits_idle[best] and not pipeline_only:
         stmt.allocate(task, node)
     else:

@@ -45,6 +45,12 @@ Validator = Callable[[Scenario], bool]
 BoolArray = npt.NDArray[np.bool_]
 
 
+def devices_freed(victim: TaskInfo) -> float:
+    """At most how many whole GPUs evicting ``victim`` frees (the filter must never under-estimate): its
+    whole devices, and each shared device it is on (freed if the device's other pods go too)."""
+    return float(victim.req[GPU]) + (victim.gpu.count if victim.gpu.shared else 0)
+
+
 class VictimSolver:
     def __init__(
         self,
@@ -118,7 +124,7 @@ class VictimSolver:
                 for t in self.chunks[c].tasks:
                     self._e_index[t.uid] = len(nodes_)
                     nodes_.append(t.node)
-                    gpus_.append(float(t.req[GPU]))
+                    gpus_.append(devices_freed(t))
                     chunks_.append(c)
             self._entries_upto = n
             self._entry_cache = (n, (np.array(nodes_, dtype=np.int64), np.array(gpus_, dtype=np.float64),
@@ -184,8 +190,9 @@ class VictimSolver:
 
     def _feasible(self, tasks: list[TaskInfo]) -> BoolArray:
         nodes = self.ssn.nodes
-        if tasks and all(t.req[GPU] > 0 for t in tasks):
-            result: BoolArray = (nodes.idle[GPU] + nodes.releasing[GPU]) > 1e-9
+        if tasks and all(t.req[GPU] > 0 or t.gpu.shared for t in tasks):
+            # nodes with idle or releasing GPUs, whole or room on shared ones
+            result: BoolArray = (nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum) > 1e-9
             return result
         return np.ones(len(nodes), dtype=np.bool_)
 
@@ -216,13 +223,17 @@ class VictimSolver:
         try:
             while (job := queue.pop()) is not None:
                 if job is p:
+                    # P goes onto what the victims release; other feasible nodes only when that is not enough
                     placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
                                           node_mask=p_mask)
+                    if not placed and (mask & ~p_mask).any():
+                        placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
+                                              node_mask=mask)
                     if not placed or not self._any_victim_fits(evict, mask):
                         break
                     continue
                 candidates = ssn.tasks_to_allocate(job)
-                shape = (job.queue, tuple((t.signature, t.req.tobytes()) for t in candidates))
+                shape = (job.queue, tuple((t.signature, t.req.tobytes(), t.gpu) for t in candidates))
                 if shape in failed:
                     continue
                 if not allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=candidates,
@@ -243,8 +254,8 @@ class VictimSolver:
     def _any_victim_fits(self, evicted: list[TaskInfo], mask: BoolArray) -> bool:
         """Could any evicted victim still be placed (by resources alone) on the allowed nodes?"""
         nodes = self.ssn.nodes
-        shapes = {t.req.tobytes(): t.req for t in evicted if t.status is TaskStatus.RELEASING}
-        return any(bool((nodes.fits(req, with_releasing=True) & mask).any()) for req in shapes.values())
+        shapes = {(t.req.tobytes(), t.gpu): t for t in evicted if t.status is TaskStatus.RELEASING}
+        return any(bool((nodes.fits_task(t, with_releasing=True) & mask).any()) for t in shapes.values())
 
     def _evict_broken_gangs(self, stmt: Statement, scenario: Scenario) -> None:
         """A victim gang that lost pods below its minimum is evicted whole (spec 4.9: gang victims)."""
@@ -306,7 +317,7 @@ class VictimSolver:
                     continue
                 was_in = bool(mask[n])
                 old = float(free[n]) if was_in else 0.0
-                free[n] += t.req[GPU]
+                free[n] += devices_freed(t)
                 mask[n] = nodes.schedulable[n]
                 new = float(free[n]) if mask[n] else 0.0
                 state["sum"] += new - old
@@ -325,7 +336,8 @@ class VictimSolver:
             self.filtered += 1
         potential: list[TaskInfo] = list(recorded)
         by_node: dict[int, list[TaskInfo]] = {}
-        recorded_target = np.zeros(len(nodes), dtype=np.bool_)
+        # where P may go in a simulation of this node: the recorded victims' nodes and the feasible ones
+        recorded_target = feasible & nodes.schedulable
         for t in recorded:
             if t.node >= 0:
                 recorded_target[t.node] = nodes.schedulable[t.node]
@@ -345,7 +357,7 @@ class VictimSolver:
                     victim_nodes[t.node] = True
                 if placed:
                     idx = np.fromiter((t.node for t in placed), dtype=np.int64, count=len(placed))
-                    np.add.at(free, idx, np.fromiter((t.req[GPU] for t in placed), dtype=np.float64,
+                    np.add.at(free, idx, np.fromiter((devices_freed(t) for t in placed), dtype=np.float64,
                                                      count=len(placed)))
                     mask[idx] = nodes.schedulable[idx]
                     state["sum"] = float(free[mask].sum())

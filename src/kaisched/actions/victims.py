@@ -58,9 +58,10 @@ class _Node:
 def _vec(tasks: list[TaskInfo]) -> list[float]:
     out = [0.0, 0.0, 0.0]
     for t in tasks:
-        out[0] += float(t.req[0])
-        out[1] += float(t.req[1])
-        out[2] += float(t.req[2])
+        g, c, m = t.quota_vector()
+        out[0] += g
+        out[1] += c
+        out[2] += m
     return out
 
 

@@ -63,6 +63,35 @@ class QueueStatus:
                 "limit": self.limit, "priority": self.priority}
 
 
+@dataclass(frozen=True, slots=True)
+class SharedGpuStatus:
+    group: str  # the runai-gpu-group of this device
+    memory_mib: float  # the device's memory
+    used_mib: float  # held or awaited by its pods
+    releasing_mib: float
+    pods: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "memoryMiB": self.memory_mib, "usedMiB": self.used_mib,
+                "releasingMiB": self.releasing_mib, "pods": list(self.pods)}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpuStatus:
+    """A GPU node after the cycle: whole devices and each shared device."""
+
+    name: str
+    gpus: float  # allocatable devices
+    idle: float  # whole devices nobody holds
+    releasing: float  # whole devices being freed (incl. shared devices whose pods all terminate)
+    whole_gpu_pods: tuple[str, ...]  # pods holding whole devices
+    shared: tuple[SharedGpuStatus, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpus": self.gpus, "idleGpus": self.idle, "releasingGpus": self.releasing,
+                "wholeGpuPods": list(self.whole_gpu_pods), "sharedGpus": [g.to_dict() for g in self.shared]}
+
+
 @dataclass(slots=True)
 class CycleResult:
     binds: list[Placement] = field(default_factory=list)
@@ -71,6 +100,7 @@ class CycleResult:
     pod_groups: list[PodGroupStatus] = field(default_factory=list)
     queues: list[QueueStatus] = field(default_factory=list)
     errors: list[ObjectError] = field(default_factory=list)
+    nodes: list[NodeGpuStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +110,7 @@ class CycleResult:
             "podGroups": [g.to_dict() for g in self.pod_groups],
             "queues": [q.to_dict() for q in self.queues],
             "errors": [e.to_dict() for e in self.errors],
+            "nodes": [n.to_dict() for n in self.nodes],
         }
 
     def pod_group(self, name: str) -> PodGroupStatus | None:

@@ -18,9 +18,18 @@ from kaisched.framework.plugin import (
     TaskHandler,
     TaskKey,
 )
-from kaisched.framework.result import CycleResult, Eviction, Placement, PodGroupStatus
+from kaisched.framework.result import (
+    CycleResult,
+    Eviction,
+    NodeGpuStatus,
+    Placement,
+    PodGroupStatus,
+    SharedGpuStatus,
+)
 from kaisched.framework.scenario import Scenario
+from kaisched.model.gpu_sharing import GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
+from kaisched.model.resources import GPU
 from kaisched.model.snapshot import Snapshot
 from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
 from kaisched.model.task import TaskInfo
@@ -56,6 +65,10 @@ class Session:
         self.static_predicates: list[Predicate] = []
         self.pre_predicates: list[PrePredicate] = []
         self.node_scorers: list[NodeScorer] = []
+        # shared-GPU device order within a node (gpupack / gpuspread), summed
+        self.gpu_order_fns: list[GpuOrderFn] = []
+        # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
+        self.task_node_capacity_check: Predicate | None = None
         self.allocate_handlers: list[TaskHandler] = []
         self.deallocate_handlers: list[TaskHandler] = []
         self.queue_order: QueueOrder | None = None
@@ -193,14 +206,14 @@ class Session:
         pipelined_jobs: set[str] = set()
         for t in self.binds:
             if t.status is TaskStatus.BINDING:
-                result.binds.append(Placement(t.key, names[t.node]))
+                result.binds.append(Placement(t.key, names[t.node], t.gpu_groups))
                 if t.job is not None:
                     bound_jobs.add(t.job.key)
         seen: set[str] = set()
         for t in self.pipelined:
             if t.status is TaskStatus.PIPELINED and t.uid not in seen:
                 seen.add(t.uid)
-                result.pipelined.append(Placement(t.key, names[t.node]))
+                result.pipelined.append(Placement(t.key, names[t.node], t.gpu_groups))
                 if t.job is not None:
                     pipelined_jobs.add(t.job.key)
         result.evictions = list(self.evictions)
@@ -210,7 +223,27 @@ class Session:
                 result.pod_groups.append(status)
         if self.queue_reporter is not None:
             result.queues = self.queue_reporter.report()
+        result.nodes = self._node_gpus()
         return result
+
+    def _node_gpus(self) -> list[NodeGpuStatus]:
+        """How each GPU node's devices are used after the cycle's decisions."""
+        nodes = self.nodes
+        out: list[NodeGpuStatus] = []
+        for j, name in enumerate(nodes.names):
+            total = float(nodes.allocatable[GPU, j])
+            if total <= 0 and not nodes.shared.groups[j]:
+                continue
+            mem = float(nodes.shared.mem[j])
+            info = nodes.infos[j]
+            shared = []
+            for grp in sorted(nodes.shared.groups[j].values(), key=lambda g: g.name):
+                pods = tuple(sorted(info.tasks[uid].key for uid in grp.members if uid in info.tasks))
+                shared.append(SharedGpuStatus(grp.name, mem, grp.used, grp.releasing, pods))
+            whole = tuple(sorted(t.key for t in info.tasks.values() if t.req[GPU] > 0))
+            out.append(NodeGpuStatus(name, total, float(nodes.idle[GPU, j]), float(nodes.releasing[GPU, j]),
+                                     whole, tuple(shared)))
+        return out
 
     def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str]) -> PodGroupStatus | None:
         tasks = job.tasks

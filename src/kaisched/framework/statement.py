@@ -39,6 +39,8 @@ class Operation:
     preemptor: str = ""
     message: str = ""
     ghost: TaskInfo | None = None  # move only: the releasing copy left on the old node
+    groups: tuple[str, ...] | None = None  # shared devices on the new node (None: keep the task's)
+    prev_groups: tuple[str, ...] = ()
 
 
 class Statement:
@@ -49,17 +51,21 @@ class Statement:
         self._ops: list[Operation] = []
 
     # ---- operations ------------------------------------------------------------------------------
-    def allocate(self, task: TaskInfo, node: int) -> None:
-        self._apply(Operation(OpKind.ALLOCATE, task, node, task.status, task.node), TaskStatus.ALLOCATED)
+    def allocate(self, task: TaskInfo, node: int, groups: tuple[str, ...] = ()) -> None:
+        """Bind ``task`` to ``node`` (``groups``: its shared devices there, for fractional tasks)."""
+        self._apply(Operation(OpKind.ALLOCATE, task, node, task.status, task.node, groups=groups),
+                    TaskStatus.ALLOCATED)
 
-    def pipeline(self, task: TaskInfo, node: int) -> None:
+    def pipeline(self, task: TaskInfo, node: int, groups: tuple[str, ...] = ()) -> None:
+        """Place ``task`` on resources of ``node`` that are still being released."""
         if task.status is TaskStatus.RELEASING and self._evicted_here(task) is not None:
-            if node == task.node:
+            if node == task.node and (not task.gpu_groups or groups == task.gpu_groups):
                 self._unevict(task)
-            else:
-                self._move(task, node)
+            else:  # another node, or other devices of the same node
+                self._move(task, node, groups)
             return
-        self._apply(Operation(OpKind.PIPELINE, task, node, task.status, task.node), TaskStatus.PIPELINED)
+        self._apply(Operation(OpKind.PIPELINE, task, node, task.status, task.node, groups=groups),
+                    TaskStatus.PIPELINED)
 
     def _evicted_here(self, task: TaskInfo) -> Operation | None:
         """The live eviction of ``task`` in this statement, if any."""
@@ -73,11 +79,11 @@ class Statement:
         assert evict is not None
         self._apply(Operation(OpKind.UNEVICT, task, task.node, task.status, task.node), evict.prev_status)
 
-    def _move(self, task: TaskInfo, node: int) -> None:
+    def _move(self, task: TaskInfo, node: int, groups: tuple[str, ...]) -> None:
         ssn = self.ssn
         old = task.node
         ghost = replace(task, uid=f"{task.uid}#releasing", job=None)
-        op = Operation(OpKind.MOVE, task, node, task.status, old, ghost=ghost)
+        op = Operation(OpKind.MOVE, task, node, task.status, old, ghost=ghost, groups=groups)
         self._apply(op, TaskStatus.PIPELINED)
         ssn.nodes.add_task(ghost, old)  # the pod still holds its old place until it is deleted
 
@@ -91,6 +97,9 @@ class Statement:
         if task.node >= 0 and task.is_active_used:
             ssn.nodes.remove_task(task, task.node)
         ssn.fire_deallocate(task)
+        op.prev_groups = task.gpu_groups
+        if op.groups is not None:
+            task.gpu_groups = op.groups
         task.status = new_status
         task.node = op.node
         if op.node >= 0:
@@ -108,6 +117,7 @@ class Statement:
         if task.node >= 0:
             ssn.nodes.remove_task(task, task.node)
         ssn.fire_deallocate(task)
+        task.gpu_groups = op.prev_groups
         task.status = op.prev_status
         task.node = op.prev_node
         if task.node >= 0 and task.is_active_used:

@@ -17,6 +17,7 @@ DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"  # pod spec.schedulerName wh
 KAI_NAMESPACE: Final = "kai-scheduler"
 RESERVATION_NAMESPACE: Final = "kai-resource-reservation"
 LEGACY_RESERVATION_NAMESPACE: Final = "runai-reservation"
+RESERVATION_APP_LABEL_VALUE: Final = "kai-resource-reservation"  # label app=<this> on reservation pods
 SCALE_ADJUST_NAMESPACE: Final = "kai-scale-adjust"
 DEFAULT_NAMESPACE: Final = "default"  # namespace of namespaced objects that do not name one
 

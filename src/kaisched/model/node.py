@@ -11,6 +11,9 @@ is a handful of vectorised comparisons:
 Accounting by task status (KAI's NodeInfo): Allocated/Binding/Bound/Running consume idle;
 Releasing consumes idle and adds to releasing; Pipelined consumes releasing (which may go below zero
 while ``idle + releasing`` stays >= 0).
+
+Shared GPUs (fractions and gpu-memory requests) are tracked per device in :mod:`kaisched.model.gpu_sharing`;
+a shared device takes one whole GPU of the GPU row, so whole-GPU tasks never land on a shared device.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from kaisched.k8s import constants as C
 from kaisched.k8s.objects import Node, Taint
-from kaisched.model.resources import GPU, ResourceIndex, Vector
+from kaisched.model.gpu import GpuKind, mig_gpus
+from kaisched.model.gpu_sharing import GpuChoice, GpuOrderFn, SharedGpus
+from kaisched.model.resources import EPSILON, GPU, PODS, ResourceIndex, Vector
 from kaisched.model.status import CONSUMES_IDLE, TaskStatus
 
 if TYPE_CHECKING:
@@ -47,6 +53,8 @@ class NodeInfo:
     unschedulable: bool
     condition_error: str | None  # None when the node is schedulable by conditions
     gpu_memory_mib: float
+    mig_strategy: str = ""  # "", "single" or "mixed"
+    mig_enabled: bool = False
     tasks: dict[str, TaskInfo] = field(default_factory=dict)  # uid -> task (active-used only)
     host_ports: dict[tuple[str, int, str], int] = field(default_factory=dict)  # (proto, port, ip) -> count
 
@@ -71,9 +79,11 @@ def node_condition_error(node: Node) -> str | None:
 class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
-    __slots__ = ("allocatable", "by_name", "idle", "infos", "names", "releasing", "resources", "schedulable")
+    __slots__ = ("allocatable", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
+                 "resources", "schedulable", "shared")
 
-    def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float]) -> None:
+    def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
+                 gpu_memory_synced: Sequence[bool] | None = None) -> None:
         order = sorted(range(len(nodes)), key=lambda i: nodes[i].meta.name)
         self.resources = resources
         self.names: list[str] = [nodes[i].meta.name for i in order]
@@ -81,9 +91,14 @@ class NodeTable:
         r, n = len(resources), len(order)
         self.allocatable: Vector = np.zeros((r, n), dtype=np.float64)
         self.infos: list[NodeInfo] = []
+        self.gpu_capacity: Vector = np.zeros(n, dtype=np.float64)  # GPUs for queues: devices + MIG g-slices
         for j, i in enumerate(order):
             node = nodes[i]
             self.allocatable[:, j] = resources.vector(node.allocatable)
+            mig = sum(mig_gpus(name) * value for name, value in node.allocatable.items())
+            self.gpu_capacity[j] = self.allocatable[GPU, j] + mig
+            labels = node.meta.labels
+            strategy = labels.get(C.MIG_STRATEGY_NODE_LABEL, "")
             self.infos.append(
                 NodeInfo(
                     index=j,
@@ -93,11 +108,18 @@ class NodeTable:
                     unschedulable=node.unschedulable,
                     condition_error=node_condition_error(node),
                     gpu_memory_mib=gpu_memory[i],
+                    mig_strategy=strategy if strategy in ("single", "mixed") else "",
+                    mig_enabled=labels.get(C.MIG_ENABLED_NODE_LABEL, "").lower() == "true" or mig > 0
+                    or strategy in ("single", "mixed"),
                 )
             )
         self.idle: Vector = self.allocatable.copy()
         self.releasing: Vector = np.zeros((r, n), dtype=np.float64)
         self.schedulable: BoolArray = np.array([info.ready for info in self.infos], dtype=np.bool_)
+        synced = gpu_memory_synced if gpu_memory_synced is not None else [True] * len(nodes)
+        self.shared = SharedGpus(self.names, np.array([float(gpu_memory[i]) for i in order], dtype=np.float64),
+                                 np.array([bool(synced[i]) for i in order], dtype=np.bool_))
+        self.legacy_mig: IntArray = np.zeros(n, dtype=np.int64)  # running legacy MIG pods per node
 
     def __len__(self) -> int:
         return len(self.names)
@@ -113,6 +135,12 @@ class NodeTable:
                 self.releasing[:, node] += req
         elif status is TaskStatus.PIPELINED:
             self.releasing[:, node] -= req
+        if task.gpu_groups:
+            self._join_groups(task, node, 1)
+        if task.gpu.any:
+            task.accepted_gpus = task.gpu.accepted_gpus(float(self.shared.mem[node]))
+        if task.legacy_mig:
+            self.legacy_mig[node] += 1
         info = self.infos[node]
         info.tasks[task.uid] = task
         for port in task.host_ports:
@@ -128,6 +156,10 @@ class NodeTable:
                 self.releasing[:, node] -= req
         elif status is TaskStatus.PIPELINED:
             self.releasing[:, node] += req
+        if task.gpu_groups:
+            self._join_groups(task, node, -1)
+        if task.legacy_mig:
+            self.legacy_mig[node] -= 1
         info = self.infos[node]
         info.tasks.pop(task.uid, None)
         for port in task.host_ports:
@@ -136,6 +168,12 @@ class NodeTable:
                 info.host_ports[port] = left
             else:
                 info.host_ports.pop(port, None)
+
+    def _join_groups(self, task: TaskInfo, node: int, sign: int) -> None:
+        d_idle, d_rel, d_pods = self.shared.join(task, node, sign)
+        self.idle[GPU, node] -= d_idle
+        self.releasing[GPU, node] += d_rel
+        self.idle[PODS, node] -= d_pods
 
     # ---- queries ------------------------------------------------------------------------------------
     def idle_gpus(self, node: int) -> float:
@@ -159,3 +197,60 @@ class NodeTable:
             avail = self.idle[r] + self.releasing[r] if with_releasing else self.idle[r]
             out.append((int(r), avail < req[r] - 1e-9))
         return out
+
+    # ---- shared GPUs (spec 7.2) -----------------------------------------------------------------------
+    def new_gpu_slots(self, task: TaskInfo, *, with_releasing: bool) -> tuple[IntArray, IntArray]:
+        """Per node: whole free GPUs a task could open new shared devices on, and the pod slots left for
+        their reservations (each new device takes one more pod slot)."""
+        idle = self.idle[GPU]
+        free = np.floor(np.maximum(idle + self.releasing[GPU] if with_releasing else idle, 0.0) + EPSILON)
+        pods = self.idle[PODS] + (self.releasing[PODS] if with_releasing else 0.0)
+        slots = np.floor(pods - task.req[PODS] + EPSILON)
+        return free.astype(np.int64), slots.astype(np.int64)
+
+    def shared_gpu_fit(self, task: TaskInfo, *, with_releasing: bool) -> BoolArray:
+        """Nodes with devices for a shared task (fraction or gpu-memory), ignoring its other resources."""
+        shared = self.shared
+        need = shared.need(task)
+        k = task.gpu.count
+        free, slots = self.new_gpu_slots(task, with_releasing=with_releasing)
+        new_ok = np.minimum(free, slots)
+        if task.gpu.kind is GpuKind.MEMORY:
+            new_ok = np.where(shared.mem + EPSILON >= need, new_ok, 0)
+        best = shared.free_pipe if with_releasing else shared.free_idle
+        if k <= 1:
+            result: BoolArray = (new_ok >= 1) | (best + EPSILON >= need)
+            return result
+        ok: BoolArray = new_ok + shared.count >= k
+        for n in np.flatnonzero(ok & (new_ok < k)).tolist():
+            node_need = float(need[n]) if isinstance(need, np.ndarray) else need
+            fitting = len(shared.fitting_groups(n, node_need, idle=not with_releasing))
+            ok[n] = int(new_ok[n]) + fitting >= k
+        return ok
+
+    def fits_task(self, task: TaskInfo, *, with_releasing: bool) -> BoolArray:
+        """Nodes where the task fits by resources: its vector, and its shared devices if any."""
+        mask = self.fits(task.req, with_releasing=with_releasing)
+        if task.gpu.shared:
+            mask &= self.shared_gpu_fit(task, with_releasing=with_releasing)
+        return mask
+
+    def insufficient_for(self, task: TaskInfo) -> list[tuple[str, BoolArray]]:
+        """Per lacking resource (KAI's name for it), the nodes that lack it even with releasing resources."""
+        out = [(self.resources.describe(r), mask) for r, mask in self.insufficient(task.req)]
+        if task.gpu.shared:
+            name = "GPU memory" if task.gpu.kind is GpuKind.MEMORY else "GPUs"
+            out.append((name, ~self.shared_gpu_fit(task, with_releasing=True)))
+        return out
+
+    def choose_gpus(self, task: TaskInfo, node: int, order_fns: list[GpuOrderFn], *, pipeline_only: bool
+                    ) -> GpuChoice | None:
+        """The devices for a shared task on ``node`` (spec 7.3), or None when it does not fit there."""
+        idle = float(self.idle[GPU, node])
+        free_idle = int(np.floor(max(idle, 0.0) + EPSILON))
+        free_all = int(np.floor(max(idle + float(self.releasing[GPU, node]), 0.0) + EPSILON))
+        slots = int(np.floor(float(self.idle[PODS, node] + self.releasing[PODS, node] - task.req[PODS]) + EPSILON))
+        if task.gpu.kind is GpuKind.MEMORY and task.gpu.memory_mib > float(self.shared.mem[node]) + EPSILON:
+            free_idle = free_all = 0
+        return self.shared.choose(task, node, free_idle, free_all - free_idle, slots, order_fns,
+                                  prefer_immediate=not pipeline_only)

@@ -24,6 +24,15 @@ from kaisched.k8s.objects import (
     QueueResource,
     QueueResources,
 )
+from kaisched.model.gpu import (
+    NO_GPU,
+    GpuKind,
+    GpuRequest,
+    GpuRequestError,
+    gpu_groups_of,
+    legacy_mig_annotation,
+    parse_gpu_request,
+)
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.node import NodeTable
 from kaisched.model.queue import QueueInfo, QueueTree
@@ -31,8 +40,8 @@ from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS,
 from kaisched.model.status import ACTIVE_USED, TaskStatus
 from kaisched.model.task import HostPort, TaskInfo
 
-GPU_SHARING_ANNOTATIONS = (C.GPU_FRACTION_ANNOTATION, C.GPU_MEMORY_ANNOTATION)
-UNSUPPORTED_GPU_SHARING = "GPUSharingNotSupported"
+INVALID_GPU_REQUEST = "InvalidGPURequest"
+LEGACY_MIG = "LegacyMIGRequest"
 
 
 @dataclass(slots=True)
@@ -236,16 +245,17 @@ def _pod_vector(pod: Pod, resources: ResourceIndex) -> Vector:
     return req
 
 
-def _gpu_sharing_problem(pod: Pod) -> str | None:
-    for key in GPU_SHARING_ANNOTATIONS:
-        if key in pod.meta.annotations:
-            return key
-    return None
+def _is_reservation_pod(pod: Pod) -> bool:
+    """KAI's GPU reservation pods: the shared device they hold is modelled by its GPU group."""
+    return pod.meta.namespace in (C.RESERVATION_NAMESPACE, C.LEGACY_RESERVATION_NAMESPACE) or (
+        pod.meta.labels.get("app") == C.RESERVATION_APP_LABEL_VALUE)
 
 
 # --------------------------------------------------------------------------------------- builder
 class SnapshotBuilder:
     def __init__(self, parsed: ParsedObjects, now: datetime, options: SnapshotOptions) -> None:
+        self.gpu_error: GpuRequestError | None = None
+        self.min_gpu_memory = float(C.DEFAULT_GPU_MEMORY_MIB)
         self.parsed = parsed
         self.now = now
         self.options = options
@@ -262,10 +272,11 @@ class SnapshotBuilder:
         for pod in parsed.pods:
             extra.update(n for n in pod.requests if n not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES))
         resources = ResourceIndex(extra)
-        gpu_memory = [self._gpu_memory(n.meta.labels) for n in parsed.nodes]
-        nodes = NodeTable(parsed.nodes, resources, gpu_memory)
-        synced = [g for g in gpu_memory if g > C.DEFAULT_GPU_MEMORY_MIB]
-        min_gpu_memory = float(min(synced)) if synced else float(C.DEFAULT_GPU_MEMORY_MIB)
+        memory_labels = [self._gpu_memory(n.meta.labels) for n in parsed.nodes]
+        gpu_memory = [m for m, _ in memory_labels]
+        nodes = NodeTable(parsed.nodes, resources, gpu_memory, [synced for _, synced in memory_labels])
+        real = [g for g in gpu_memory if g > C.DEFAULT_GPU_MEMORY_MIB]
+        min_gpu_memory = float(min(real)) if real else float(C.DEFAULT_GPU_MEMORY_MIB)
 
         queue_objs = list(parsed.queues)
         pg_queue_names = {pg.queue for pg in parsed.pod_groups}
@@ -299,7 +310,10 @@ class SnapshotBuilder:
 
         tasks: dict[str, TaskInfo] = {}
         other_usage = np.zeros(3)
+        self.min_gpu_memory = min_gpu_memory
         for pod in sorted(parsed.pods, key=lambda p: (p.meta.namespace, p.meta.name)):
+            if _is_reservation_pod(pod):
+                continue
             task = self._task(pod, resources, nodes, jobs)
             if task is None:
                 continue
@@ -307,11 +321,12 @@ class SnapshotBuilder:
             if task.status in ACTIVE_USED and task.node >= 0:
                 nodes.add_task(task, task.node)
                 if task.job is None and not self._is_ours(pod) and nodes.schedulable[task.node]:
-                    other_usage += task.req[:3]
+                    other_usage += task.quota_vector()
         for job in jobs.values():
             for ps in job.pod_sets.values():
                 ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
         total = nodes.allocatable[:3, nodes.schedulable].sum(axis=1) - other_usage
+        total[GPU] = nodes.gpu_capacity[nodes.schedulable].sum() - other_usage[GPU]
         total = np.maximum(total, 0.0)
         ordered_jobs = {k: jobs[k] for k in sorted(jobs)}
         return Snapshot(now=now, resources=resources, nodes=nodes, queues=tree, jobs=ordered_jobs, tasks=tasks,
@@ -322,17 +337,20 @@ class SnapshotBuilder:
         return pod.scheduler_name == self.options.scheduler_name
 
     @staticmethod
-    def _gpu_memory(labels: dict[str, str] | object) -> float:
+    def _gpu_memory(labels: dict[str, str] | object) -> tuple[float, bool]:
+        """MiB per GPU from the node's ``nvidia.com/gpu.memory`` label (spec 7.2), and whether it is known."""
+        default = float(C.DEFAULT_GPU_MEMORY_MIB)
         raw = labels.get(C.GPU_MEMORY_NODE_LABEL) if isinstance(labels, dict) else None
         if raw is None:
-            return float(C.DEFAULT_GPU_MEMORY_MIB)
+            return default, False
         try:
             value = float(raw)
         except ValueError:
-            return float(C.DEFAULT_GPU_MEMORY_MIB)
+            return default, False
         if value >= 1024 * 1024:  # bytes
             value = value / (1024 * 1024)
-        return float(int(value) // 100 * 100) or float(C.DEFAULT_GPU_MEMORY_MIB)
+        floored = float(int(value) // 100 * 100)
+        return (floored, True) if floored > 0 else (default, False)
 
     @staticmethod
     def _queue_of_pod(pod: Pod) -> str:
@@ -408,6 +426,7 @@ class SnapshotBuilder:
         if status in ACTIVE_USED and pod.node_name and node < 0:
             self.errors.append(ObjectError(ref, "spec.nodeName",
                                            f"node '{pod.node_name}' does not exist; the pod is not accounted"))
+        self._gpu(task, pod, ref)
         if not self._is_ours(pod):
             return task if status in ACTIVE_USED else None
         pg_name = meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION)
@@ -427,20 +446,43 @@ class SnapshotBuilder:
                     f"names no leaf sub-group of PodGroup '{job.key}'; the pod is not scheduled"))
                 return task if status in ACTIVE_USED else None
             task.pod_set = sg
-        sharing = _gpu_sharing_problem(pod)
-        if sharing is not None:
-            self.errors.append(ObjectError(ref, f"metadata.annotations.{sharing}",
-                                           "GPU sharing requests are not supported by this version of kaisched; "
-                                           "the pod is not scheduled"))
-            if status in ACTIVE_USED:
-                task.req[GPU] = max(task.req[GPU], 1.0)  # conservative: never over-commit a shared device
-            else:
-                job.blocked = FitError(UNSUPPORTED_GPU_SHARING,
-                                       f"Pod {task.key} requests a shared GPU ({sharing}), which this version "
-                                       "of kaisched does not schedule")
+        if self.gpu_error is not None and status not in ACTIVE_USED:
+            job.blocked = FitError(INVALID_GPU_REQUEST, f"Pod {task.key} has an invalid GPU request: "
+                                   f"{self.gpu_error.field}: {self.gpu_error.message}")
+        elif task.legacy_mig and status not in ACTIVE_USED:
+            job.blocked = FitError(LEGACY_MIG, f"Pod {task.key} requests MIG by annotation "
+                                   f"({legacy_mig_annotation(pod)}), which is not supported; request the MIG "
+                                   "profile as a container resource instead")
         task.job = job
         job.pod_sets[task.pod_set].tasks.append(task)
         return task
+
+
+    def _gpu(self, task: TaskInfo, pod: Pod, ref: str) -> None:
+        """The task's GPU request (spec 7.1) and, when it runs on shared devices, its GPU groups."""
+        self.gpu_error = None
+        if not self._is_ours(pod):
+            whole = float(task.req[GPU])
+            task.gpu = GpuRequest(GpuKind.WHOLE, int(whole)) if whole else NO_GPU
+        else:
+            gpu, err = parse_gpu_request(pod)
+            task.gpu = gpu
+            if err is not None:
+                self.gpu_error = err
+                self.errors.append(ObjectError(ref, err.field, err.message))
+            task.legacy_mig = legacy_mig_annotation(pod) is not None and not gpu.any
+        gpu = task.gpu
+        if gpu.shared:
+            task.req[GPU] = 0.0  # a shared device is accounted by its GPU group
+        elif gpu.kind is GpuKind.WHOLE:
+            task.req[GPU] = float(gpu.count)
+        task.request_gpus = gpu.requested_gpus(self.min_gpu_memory)
+        task.accepted_gpus = task.request_gpus
+        if gpu.shared and task.status in ACTIVE_USED and task.node >= 0:
+            groups = list(gpu_groups_of(task.labels))[: gpu.count]
+            while len(groups) < gpu.count:  # a running shared pod without a group has its own device
+                groups.append(f"{task.uid}-gpu{len(groups)}" if gpu.count > 1 or groups else f"{task.uid}-gpu")
+            task.gpu_groups = tuple(groups)
 
 
 def build_snapshot(parsed: ParsedObjects, now: datetime, options: SnapshotOptions | None = None) -> Snapshot:

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kaisched.k8s.objects import Pod
-from kaisched.model.resources import GPU, Vector
+from kaisched.model.gpu import NO_GPU, GpuRequest
+from kaisched.model.resources import Vector
 from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALLOCATED, TaskStatus
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class TaskInfo:
     namespace: str
     pod: Pod
     status: TaskStatus
-    req: Vector  # full resource vector (ResourceIndex order), incl. pods: 1
+    req: Vector  # node-fit vector (ResourceIndex order), incl. pods: 1; GPU row = whole devices only
     creation: datetime
     node: int = -1  # node index in the session's NodeTable, -1 when not on a node
     node_name: str = ""  # the pod's spec.nodeName (may name a node outside the snapshot)
@@ -34,14 +35,24 @@ class TaskInfo:
     signature: tuple[object, ...] = ()  # scheduling-constraint signature (static predicate cache key)
     labels: dict[str, str] = field(default_factory=dict)
     initial_status: TaskStatus = TaskStatus.PENDING
+    gpu: GpuRequest = NO_GPU  # what the pod asks of GPUs (whole, shared, MIG)
+    gpu_groups: tuple[str, ...] = ()  # shared devices (GPU groups) on its node, one per device
+    request_gpus: float = 0.0  # GPUs a pending task adds to its queue's request (gpu-memory: at the min node memory)
+    accepted_gpus: float = 0.0  # GPUs counted for the queue on its current node (set when put on a node)
+    legacy_mig: bool = False  # MIG requested by annotation (never scheduled)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
-    def gpus(self) -> float:
-        return float(self.req[GPU])
+    def quota_gpus(self) -> float:
+        """GPUs of this task in queue accounting: accepted on its node, or requested while unplaced."""
+        return self.accepted_gpus if self.node >= 0 and self.status in ACTIVE_USED else self.request_gpus
+
+    def quota_vector(self) -> tuple[float, float, float]:
+        """(GPUs, millicores, bytes) of this task in queue accounting."""
+        return self.quota_gpus, float(self.req[1]), float(self.req[2])
 
     @property
     def is_active_used(self) -> bool:

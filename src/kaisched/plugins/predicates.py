@@ -23,6 +23,7 @@ from kaisched.k8s.objects import (
     Taint,
     Toleration,
 )
+from kaisched.model.gpu import GpuKind
 from kaisched.model.job import FitError
 from kaisched.model.node import NodeInfo
 from kaisched.model.resources import CPU, GPU, MEMORY
@@ -37,6 +38,11 @@ POD_AFFINITY_ERROR = "node(s) didn't match pod affinity rules"
 POD_ANTI_AFFINITY_ERROR = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY_ERROR = "node(s) didn't satisfy existing pods anti-affinity rules"
 FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
+MIG_SINGLE_ERROR = "node(s) are MIG nodes with mig.strategy=single, which accept only whole-GPU requests"
+MIG_MIXED_ERROR = "node(s) are MIG nodes with mig.strategy=mixed, which accept only MIG profile requests"
+NOT_MIG_ERROR = "node(s) are not MIG enabled"
+LEGACY_MIG_NODE_ERROR = "node(s) run legacy MIG pods"
+MEMORY_NOT_SYNCED_ERROR = "node(s) did not report their GPU memory (label nvidia.com/gpu.memory)"
 
 
 # ------------------------------------------------------------------------------------ matching
@@ -162,6 +168,9 @@ class PredicatesPlugin(Plugin):
         ssn.static_predicates.append(self.static_predicates)
         ssn.predicates.append(self.host_ports)
         ssn.predicates.append(self.pod_affinity)
+        ssn.predicates.append(self.queue_capacity)
+        gpu_nodes = ssn.nodes.allocatable[GPU] > 0
+        self._max_gpu_memory = float(ssn.nodes.shared.mem[gpu_nodes].max()) if gpu_nodes.any() else 0.0
         from kaisched.plugins.affinity_scoring import PreferredNodeAffinityScore
 
         ssn.node_scorers.append(PreferredNodeAffinityScore(ssn.nodes))
@@ -170,7 +179,7 @@ class PredicatesPlugin(Plugin):
     def max_node_resources(self, task: TaskInfo) -> FitError | None:
         too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
         if len(too_big) == 0:
-            return None
+            return self._max_shared_gpu(task) if task.gpu.shared else None
         r = int(too_big[0])
         what = {GPU: "GPU", CPU: "CPU", MEMORY: "memory"}.get(r, self.ssn.snapshot.resources.describe(r))
         if self._max_alloc[r] <= 0:
@@ -180,9 +189,24 @@ class PredicatesPlugin(Plugin):
                    f"a single node in the default node-pool is topped at {_amount(r, float(self._max_alloc[r]))}")
         return FitError("PodSchedulingErrors", msg)
 
+    def _max_shared_gpu(self, task: TaskInfo) -> FitError | None:
+        devices = float(self._max_alloc[GPU])
+        gpu = task.gpu
+        if devices <= 0:
+            return FitError("PodSchedulingErrors", "No node in the default node-pool has GPU resources")
+        if gpu.count > devices:
+            return FitError("PodSchedulingErrors",
+                            f"The pod {task.key} requires {gpu.describe()}. Max GPU resources available in a single "
+                            f"node in the default node-pool is topped at {devices:g} GPUs")
+        if gpu.kind is GpuKind.MEMORY and gpu.memory_mib > self._max_gpu_memory + 1e-9:
+            return FitError("PodSchedulingErrors",
+                            f"The pod {task.key} requires {gpu.memory_mib:g} MiB of GPU memory. Max GPU memory of a "
+                            f"single GPU in the default node-pool is topped at {self._max_gpu_memory:g} MiB")
+        return None
+
     # ---- static -----------------------------------------------------------------------------------
     def static_predicates(self, task: TaskInfo) -> Codes | None:
-        sig = task.signature
+        sig = (task.signature, task.gpu.kind)
         if sig in self._static:
             return self._static[sig]
         codes = self._compute_static(task)
@@ -203,6 +227,10 @@ class PredicatesPlugin(Plugin):
             j = info.index
             if codes[j]:
                 continue
+            gpu_error = self._gpu_type_error(task, info)
+            if gpu_error is not None:
+                codes[j] = ssn.reason_code(gpu_error)
+                continue
             if (selector and any(info.labels.get(k) != v for k, v in selector.items())) or (
                 required is not None and not any(term_matches(t, info) for t in required)
             ):
@@ -216,7 +244,32 @@ class PredicatesPlugin(Plugin):
                     break
         return codes if codes.any() else None
 
+    def _gpu_type_error(self, task: TaskInfo, info: NodeInfo) -> str | None:
+        """KAI's resource-type checks (spec 7.5): MIG strategies, MIG requests, GPU memory known."""
+        kind = task.gpu.kind
+        if kind is GpuKind.NONE:
+            return None
+        if kind is GpuKind.MIG:
+            if not info.mig_enabled:
+                return NOT_MIG_ERROR
+            if self.nodes.legacy_mig[info.index]:
+                return LEGACY_MIG_NODE_ERROR
+            return None
+        if info.mig_strategy == "mixed":
+            return MIG_MIXED_ERROR
+        if task.gpu.shared:
+            if info.mig_enabled:
+                return MIG_SINGLE_ERROR
+            if kind is GpuKind.MEMORY and not self.nodes.shared.synced[info.index]:
+                return MEMORY_NOT_SYNCED_ERROR
+        return None
+
     # ---- dynamic ----------------------------------------------------------------------------------
+    def queue_capacity(self, task: TaskInfo) -> Codes | None:
+        """The queue-capacity check on each node (spec 8.2), provided by proportion when it is loaded."""
+        check = self.ssn.task_node_capacity_check
+        return check(task) if check is not None else None
+
     def host_ports(self, task: TaskInfo) -> Codes | None:
         if not task.host_ports:
             return None

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from kaisched.framework.config import ConfigError, PluginOption, SchedulerConfig
 from kaisched.framework.plugin import Plugin
 from kaisched.plugins.affinity_scoring import PodAffinityPlugin
+from kaisched.plugins.gpu_sharing import GpuPackPlugin, GpuSharingOrderPlugin, GpuSpreadPlugin
 from kaisched.plugins.minruntime import MinRuntimePlugin
 from kaisched.plugins.ordering import (
     ElasticPlugin,
@@ -42,15 +43,16 @@ PLUGINS: Mapping[str, type[Plugin]] = {
         NodePlacementPlugin,
         PodAffinityPlugin,
         MinRuntimePlugin,
+        GpuPackPlugin,
+        GpuSpreadPlugin,
+        GpuSharingOrderPlugin,
     )
 }
 
-# KAI plugins whose behaviour only concerns inputs this version does not schedule yet (shared GPUs,
-# topology constraints, DRA claims) or KAI's HTTP debug endpoint. They are
+# KAI plugins whose behaviour only concerns inputs this version does not schedule yet (topology
+# constraints, DRA claims) or KAI's HTTP debug endpoint. They are
 # accepted in configurations so KAI's configs load unchanged; see docs/compatibility.md.
-ACCEPTED_WITHOUT_EFFECT = frozenset(
-    {"gpusharingorder", "gpupack", "gpuspread", "dynamicresources", "topology", "snapshot", "reflectjoborder"}
-)
+ACCEPTED_WITHOUT_EFFECT = frozenset({"dynamicresources", "topology", "snapshot", "reflectjoborder"})
 
 
 def validate_plugins(config: SchedulerConfig) -> None:

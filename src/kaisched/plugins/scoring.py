@@ -12,6 +12,7 @@ import numpy as np
 from kaisched.framework.config import ConfigError
 from kaisched.framework.plugin import NodeCandidates, Plugin
 from kaisched.framework.session import Session
+from kaisched.model.gpu import GpuKind
 from kaisched.model.resources import CPU, GPU, Vector
 from kaisched.model.task import TaskInfo
 
@@ -44,7 +45,7 @@ class ResourceTypePlugin(Plugin):
         ssn.node_scorers.append(self.score)
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
-        if task.req[GPU] > 0:
+        if task.gpu.any:
             return np.zeros(len(cands.indices))
         return np.asarray(self.no_gpu[cands.indices], dtype=np.float64) * RESOURCE_TYPE_SCORE
 
@@ -85,7 +86,7 @@ class NodePlacementPlugin(Plugin):
         ssn.node_scorers.append(self.score)
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
-        r = GPU if task.req[GPU] > 0 else CPU
+        r = GPU if task.gpu.any and task.gpu.kind is not GpuKind.MIG else CPU
         strategy = self.gpu if r == GPU else self.cpu
         idx = cands.indices
         nodes = self.nodes

@@ -12,16 +12,20 @@ from dataclasses import dataclass, field
 from functools import cmp_to_key
 
 import numpy as np
+import numpy.typing as npt
 
 from kaisched.framework.config import ConfigError
 from kaisched.framework.plugin import Plugin
 from kaisched.framework.result import QueueStatus
 from kaisched.framework.session import Session
+from kaisched.model.gpu import GpuKind
 from kaisched.model.job import FitError, PodGroupInfo
 from kaisched.model.resources import QUEUE_RESOURCE_NAMES, Vector
 from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
 from kaisched.plugins.proportion.division import QueueShareInput, compute_fair_shares
+
+IntArray = npt.NDArray[np.int32]
 
 UNLIMITED = -1.0
 ZERO_SHARE_PENALTY = 1000.0
@@ -83,12 +87,20 @@ def _le(a: Vec3, b: Vec3) -> bool:
 
 
 def job_request(tasks: list[TaskInfo]) -> Vec3:
+    """Queue resources of ``tasks``: accepted GPUs of placed tasks, requested GPUs of the others."""
     out = [0.0, 0.0, 0.0]
     for t in tasks:
-        req = t.req
-        out[0] += float(req[0])
-        out[1] += float(req[1])
-        out[2] += float(req[2])
+        g, c, m = t.quota_vector()
+        out[0] += g
+        out[1] += c
+        out[2] += m
+    return out
+
+
+def capacity_request(tasks: list[TaskInfo]) -> Vec3:
+    """Resources of the job-level capacity check (spec 5.6): gpu-memory requests count 0 GPUs there."""
+    out = job_request(tasks)
+    out[0] = sum(t.gpu.capacity_gpus for t in tasks)
     return out
 
 
@@ -151,6 +163,7 @@ class ProportionPlugin(Plugin):
         self._compute_fair_shares()
         ssn.set_queue_order(self)
         ssn.set_job_capacity_check(self.job_capacity_check)
+        ssn.task_node_capacity_check = self.task_node_capacity
         ssn.set_queue_reporter(self)
         ssn.allocate_handlers.append(self.on_allocate)
         ssn.deallocate_handlers.append(self.on_deallocate)
@@ -186,8 +199,8 @@ class ProportionPlugin(Plugin):
     # ---- accounting -------------------------------------------------------------------------------
     @staticmethod
     def _add(leaf: QueueAttributes, job: PodGroupInfo, task: TaskInfo, sign: float) -> None:
-        req = task.req
-        g, c, m = sign * float(req[0]), sign * float(req[1]), sign * float(req[2])
+        g, c, m = task.quota_vector()
+        g, c, m = sign * g, sign * c, sign * m
         for q in leaf.path:
             a = q.allocated
             a[0] += g
@@ -201,11 +214,11 @@ class ProportionPlugin(Plugin):
 
     @staticmethod
     def _add_request(leaf: QueueAttributes, task: TaskInfo) -> None:
-        req = task.req
+        g, c, m = task.quota_vector()
         for q in leaf.path:
-            q.request[0] += float(req[0])
-            q.request[1] += float(req[1])
-            q.request[2] += float(req[2])
+            q.request[0] += g
+            q.request[1] += c
+            q.request[2] += m
 
     def on_allocate(self, task: TaskInfo) -> None:
         job = task.job
@@ -289,7 +302,7 @@ class ProportionPlugin(Plugin):
         leaf = self.queues.get(job.queue)
         if leaf is None:
             return None
-        requested = job_request(tasks)
+        requested = capacity_request(tasks)
         for q in leaf.path:
             for r in range(3):
                 lim = q.limit[r]
@@ -314,6 +327,34 @@ class ProportionPlugin(Plugin):
                             "pods. Use a preemptible workload to go over quota.",
                         )
         return None
+
+    def task_node_capacity(self, task: TaskInfo) -> IntArray | None:
+        """Per-node capacity check of a gpu-memory task (spec 5.6, 8.2): its GPUs depend on the node's
+        GPU memory, so limits and the non-preemptible quota are checked per node."""
+        job = task.job
+        if task.gpu.kind is not GpuKind.MEMORY or job is None:
+            return None
+        leaf = self.queues.get(job.queue)
+        if leaf is None:
+            return None
+        nodes = self.ssn.nodes
+        gpus = task.gpu.count * np.ceil(task.gpu.memory_mib / nodes.shared.mem * 100 - 1e-9) / 100
+        codes: IntArray = np.zeros(len(nodes), dtype=np.int32)
+        for q in leaf.path:
+            lim = q.limit[0]
+            if lim != UNLIMITED:
+                over = (codes == 0) & (q.allocated[0] + gpus > lim + EPS)
+                if over.any():
+                    codes[over] = self.ssn.reason_code(
+                        f"{q.label} quota has reached the allowable limit of GPUs (limit {lim:g} GPUs, "
+                        f"{q.allocated[0]:g} allocated)")
+            d = q.deserved[0]
+            if not job.preemptible and d != UNLIMITED:
+                over = (codes == 0) & (q.allocated_non_preemptible[0] + gpus > d + EPS)
+                if over.any():
+                    codes[over] = self.ssn.reason_code(
+                        f"Non-preemptible workload is over quota of {q.label} ({d:g} GPUs)")
+        return codes if codes.any() else None
 
     # ---- report -----------------------------------------------------------------------------------------
     def report(self) -> list[QueueStatus]:
