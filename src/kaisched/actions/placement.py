@@ -104,11 +104,37 @@ def place_task(
     ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool = True,
     node_mask: npt.NDArray[np.bool_] | None = None,
 ) -> str | None:
-    """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off)."""
+    """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off).
+
+    A task that failed while nothing changed since an identical task failed (same constraints and
+    requests, same queue, no placement or eviction in between) fails again without being evaluated."""
     for pre in ssn.pre_predicates:
         err = pre(task)
         if err is not None:
             return err.message
+    cache_key = _failure_key(task, pipeline_only, explain) if node_mask is None else None
+    if cache_key is not None:
+        known = ssn.fit_failures.get(cache_key)
+        if known is not None and known[0] == ssn.nodes.version:
+            return known[1]
+    detail = _place(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
+    if detail is not None and cache_key is not None:
+        ssn.fit_failures[cache_key] = (ssn.nodes.version, detail)
+    return detail
+
+
+def _failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
+    """Everything a task's fit depends on besides the cluster state (which ``nodes.version`` stands for)."""
+    job = task.job
+    return (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity), task.namespace,
+            tuple(sorted(task.labels.items())), job.queue if job else "", job.preemptible if job else True,
+            pipeline_only, explain)
+
+
+def _place(
+    ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool,
+    node_mask: npt.NDArray[np.bool_] | None,
+) -> str | None:
     codes = None
     for predicate in ssn.predicates:
         c = predicate(task)

@@ -3,7 +3,9 @@ and ``kaisched schedule``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import gc
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +27,29 @@ def resolve_config(config: SchedulerConfig | Mapping[str, Any] | None) -> Schedu
     return cfg
 
 
+@contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for one cycle.
+
+    A cycle allocates hundreds of thousands of small objects that are freed by reference counting; the
+    collector's generation-2 passes over them cost 15-20 % of a large cycle and free nothing. The
+    previous state is restored afterwards (objects that are cyclic garbage are collected then, as usual).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
+    with no_cyclic_gc():
+        return _run_cycle(parsed, config, now)
+
+
+def _run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
     snapshot = build_snapshot(
         parsed,
         now,
@@ -54,4 +78,5 @@ def schedule(
     when = now or datetime.now(UTC)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return run_cycle(parse_objects(objects), cfg, when)
+    with no_cyclic_gc():
+        return _run_cycle(parse_objects(objects), cfg, when)

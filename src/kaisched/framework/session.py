@@ -92,6 +92,9 @@ class Session:
         # uids of virtually evicted tasks that a victim simulation may place again (spec 4.4)
         self.revivable: set[str] = set()
         self._job_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
+        self._to_allocate: dict[str, tuple[int, list[TaskInfo]]] = {}
+        # placement failures: task shape -> (nodes.version when it failed, fit error text)
+        self.fit_failures: dict[tuple[object, ...], tuple[int, str]] = {}
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:
@@ -152,7 +155,17 @@ class Session:
                                                              ps.name))
 
     def tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
-        """Spec 4.4: the whole unsatisfied gang at once, or one more pod of an elastic job."""
+        """Spec 4.4: the whole unsatisfied gang at once, or one more pod of an elastic job (cached until
+        one of the job's tasks changes, outside victim simulations)."""
+        if self.revivable:
+            return self._tasks_to_allocate(job)
+        cached = self._to_allocate.get(job.uid)
+        if cached is None or cached[0] != job.version:
+            cached = (job.version, self._tasks_to_allocate(job))
+            self._to_allocate[job.uid] = cached
+        return list(cached[1])
+
+    def _tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
         ordered = self.pod_set_order(job)
         unsatisfied = sum(1 for ps in ordered if ps.active_allocated < ps.min_available)
         limit = max(unsatisfied, 1)

@@ -160,6 +160,8 @@ class Statement:
                 task.status = TaskStatus.PIPELINED
                 ssn.nodes.add_task(task, task.node)
                 ssn.fire_allocate(task)
+                if task.job is not None:
+                    task.job.version += 1
                 op.kind = OpKind.PIPELINE
 
     def commit(self) -> None:
@@ -183,6 +185,8 @@ class Statement:
                 task.status = TaskStatus.BINDING
                 ssn.nodes.add_task(task, task.node)
                 ssn.fire_allocate(task)
+                if task.job is not None:
+                    task.job.version += 1
                 ssn.record_bind(task)
             elif op.kind in (OpKind.PIPELINE, OpKind.MOVE):
                 ssn.record_pipeline(task)

@@ -124,7 +124,7 @@ GpuOrderFn = Callable[[float, bool], float]  # (used fraction of the group, is a
 class SharedGpus:
     """GPU groups of all nodes of a :class:`~kaisched.model.node.NodeTable`."""
 
-    __slots__ = ("count", "free_idle", "free_pipe", "free_sum", "groups", "mem", "names", "synced")
+    __slots__ = ("_need", "count", "free_idle", "free_pipe", "free_sum", "groups", "mem", "names", "synced")
 
     def __init__(self, names: list[str], mem_per_gpu: FloatArray, synced: npt.NDArray[np.bool_]) -> None:
         n = len(mem_per_gpu)
@@ -136,6 +136,7 @@ class SharedGpus:
         self.free_pipe: FloatArray = np.full(n, NO_FIT)
         self.count: IntArray = np.zeros(n, dtype=np.int64)
         self.free_sum: FloatArray = np.zeros(n, dtype=np.float64)  # free room on shared GPUs, in GPUs
+        self._need: dict[float, FloatArray] = {}  # MiB per device of a fraction, per node (by fraction)
 
     def need(self, task: TaskInfo) -> FloatArray | float:
         """MiB the task takes on each of its devices, per node (a scalar for gpu-memory requests)."""
@@ -143,7 +144,10 @@ class SharedGpus:
 
         if task.gpu.kind is GpuKind.MEMORY:
             return task.gpu.memory_mib
-        return np.floor(task.gpu.portion * self.mem + 1e-9)
+        need = self._need.get(task.gpu.portion)
+        if need is None:
+            need = self._need[task.gpu.portion] = np.floor(task.gpu.portion * self.mem + 1e-9)
+        return need
 
     # ---- membership -------------------------------------------------------------------------------
     def join(self, task: TaskInfo, node: int, sign: int) -> tuple[int, int, int]:

@@ -80,7 +80,7 @@ class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
     __slots__ = ("allocatable", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
-                 "resources", "schedulable", "shared")
+                 "resources", "schedulable", "shared", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None) -> None:
@@ -95,7 +95,8 @@ class NodeTable:
         for j, i in enumerate(order):
             node = nodes[i]
             self.allocatable[:, j] = resources.vector(node.allocatable)
-            mig = sum(mig_gpus(name) * value for name, value in node.allocatable.items())
+            mig = sum(mig_gpus(name) * value for name, value in node.allocatable.items()
+                      if name.startswith(C.MIG_RESOURCE_PREFIX))
             self.gpu_capacity[j] = self.allocatable[GPU, j] + mig
             labels = node.meta.labels
             strategy = labels.get(C.MIG_STRATEGY_NODE_LABEL, "")
@@ -120,6 +121,7 @@ class NodeTable:
         self.shared = SharedGpus(self.names, np.array([float(gpu_memory[i]) for i in order], dtype=np.float64),
                                  np.array([bool(synced[i]) for i in order], dtype=np.bool_))
         self.legacy_mig: IntArray = np.zeros(n, dtype=np.int64)  # running legacy MIG pods per node
+        self.version = 0  # bumped by every change of the accounting (a cache key for fit results)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -127,6 +129,7 @@ class NodeTable:
     # ---- accounting -----------------------------------------------------------------------------
     def add_task(self, task: TaskInfo, node: int) -> None:
         """Put a task with an active-used status onto a node."""
+        self.version += 1
         status = task.status
         req = task.req
         if status in CONSUMES_IDLE:
@@ -148,6 +151,7 @@ class NodeTable:
 
     def remove_task(self, task: TaskInfo, node: int) -> None:
         """Exact inverse of :meth:`add_task` for the task's current status."""
+        self.version += 1
         status = task.status
         req = task.req
         if status in CONSUMES_IDLE:
@@ -184,10 +188,11 @@ class NodeTable:
 
     def fits(self, req: Vector, *, with_releasing: bool) -> BoolArray:
         """Nodes where ``req`` fits on idle (or idle + releasing) resources; only requested rows."""
-        mask = np.ones(len(self.names), dtype=np.bool_)
-        for r in np.flatnonzero(req > 0):
-            avail = self.idle[r] + self.releasing[r] if with_releasing else self.idle[r]
-            mask &= avail >= req[r] - 1e-9
+        rows = np.flatnonzero(req > 0)
+        if len(rows) == 0:
+            return np.ones(len(self.names), dtype=np.bool_)
+        avail = self.idle[rows] + self.releasing[rows] if with_releasing else self.idle[rows]
+        mask: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
         return mask
 
     def insufficient(self, req: Vector, *, with_releasing: bool = True) -> list[tuple[int, BoolArray]]:
