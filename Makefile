@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table --now 2026-01-01T02:00:00Z || test $$? -eq 1
 	$(BIN)/kaisched schedule -f examples/reclaim.yaml -o table --now 2026-01-01T02:00:00Z
+	$(BIN)/kaisched schedule -f examples/gpu-sharing.yaml -o table --now 2026-01-01T02:00:00Z
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

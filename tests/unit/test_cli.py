@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from rich.console import Console
 
 from kaisched.cli import cli
+from kaisched.cli.render import render_table
+from kaisched.framework.result import CycleResult, NodeGpuStatus, Placement, SharedGpuStatus
 from tests.unit.builders import flatten, job, node, queue
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+SHARING = EXAMPLE.with_name("gpu-sharing.yaml")
 TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "errors", "nodes"]
 NOW = "2025-01-01T12:00:00Z"
 
@@ -192,3 +198,122 @@ def test_filename_is_required():
 def test_unknown_output_format(clean_input):
     result = invoke("-f", str(clean_input), "-o", "xml")
     assert result.exit_code == 2
+
+
+def _gpus_section(out: str) -> str:
+    return out[out.index("GPUs (shared devices"):]
+
+
+def _short(group: str) -> str:
+    return group[:8] + "…" if len(group) == 36 and group.count("-") == 4 else group
+
+
+def test_gpu_sharing_example_json():
+    result = invoke("-f", str(SHARING), "-o", "json", "--now", NOW)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["errors"] == []
+    assert all(g["status"] != "Pending" for g in data["podGroups"])
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert set(nodes) == {"gpu-node-0", "gpu-node-1"}
+    shared = {g["group"]: g for g in nodes["gpu-node-0"]["sharedGpus"]}
+    assert shared["gpu-a"]["pods"] == ["team-a/nb-1", "team-a/nb-2", "team-a/nb-running"]
+    assert shared["gpu-a"]["memoryMiB"] == 40900  # the label floored to 100 MiB, as KAI does
+    assert shared["gpu-a"]["usedMiB"] == pytest.approx(0.95 * 40900)
+    assert sorted(p for g in shared.values() for p in g["pods"]) == [
+        "team-a/infer-0", "team-a/nb-1", "team-a/nb-2", "team-a/nb-3", "team-a/nb-4", "team-a/nb-running"]
+    assert nodes["gpu-node-1"]["wholeGpuPods"] == ["team-a/train-0"]
+    assert nodes["gpu-node-1"]["sharedGpus"] == []
+    assert nodes["gpu-node-1"]["idleGpus"] == 2
+    groups = {b["pod"]: b["gpuGroups"] for b in data["binds"]}
+    assert groups["team-a/nb-1"] == ["gpu-a"]
+    assert groups["team-a/train-0"] == []
+
+
+def test_table_shows_how_gpus_are_shared():
+    data = json.loads(invoke("-f", str(SHARING), "-o", "json", "--now", NOW).output)
+    result = invoke("-f", str(SHARING), "-o", "table", "--now", NOW)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    section = _gpus_section(out)
+    for n in data["nodes"]:
+        assert n["name"] in section
+        for g in n["sharedGpus"]:
+            pct = round(100 * g["usedMiB"] / g["memoryMiB"])
+            assert f"{_short(g['group'])}: {pct}% ({', '.join(g['pods'])})" in section
+    assert "gpu-a: 95% (team-a/nb-1, team-a/nb-2, team-a/nb-running)" in section
+    assert "team-a/train-0" in section  # the whole-GPU pod
+    assert "releasing" not in section
+    uuids = [g["group"] for n in data["nodes"] for g in n["sharedGpus"] if g["group"] != "gpu-a"]
+    assert uuids
+    assert all(u not in out for u in uuids)  # shortened everywhere, in the decisions too
+    decisions = out[: out.index("Queues")]
+    assert "GPU group gpu-a" in decisions
+    nb3 = next(b for b in data["binds"] if b["pod"] == "team-a/nb-3")
+    assert f"GPU group {_short(nb3['gpuGroups'][0])}" in decisions
+
+
+def test_max_rows_truncates_the_gpus_section():
+    result = invoke("-f", str(SHARING), "-o", "table", "--now", NOW, "--max-rows", "1")
+    assert result.exit_code == 0, result.output
+    section = _gpus_section(result.output)
+    assert "gpu-node-0" in section
+    assert "gpu-node-1" not in section
+    assert "... and 1 more GPU nodes" in section
+    full = _gpus_section(invoke("-f", str(SHARING), "--now", NOW, "--max-rows", "0").output)
+    assert "gpu-node-1" in full
+    assert "more GPU nodes" not in full
+
+
+def test_table_without_gpu_nodes_has_no_gpus_section(tmp_path):
+    path = tmp_path / "cpu.yaml"
+    path.write_text(yaml.safe_dump_all(flatten(node("c1", 0), queue("q"), job("cpu", 1, gpus=0))))
+    result = invoke("-f", str(path), "--now", NOW)
+    assert result.exit_code == 0, result.output
+    assert "GPUs (shared devices" not in result.output
+
+
+def _render(result: CycleResult, width: int, max_rows: int = 50) -> str:
+    buf = io.StringIO()
+    render_table(result, datetime(2025, 1, 1, tzinfo=UTC), max_rows=max_rows,
+                 console=Console(file=buf, width=width, color_system=None))
+    return buf.getvalue()
+
+
+def test_gpus_section_marks_releasing_memory_and_fits_120_columns():
+    uuid = "3f2a9c1e-0000-5000-8000-000000000001"
+    result = CycleResult(
+        pipelined=[Placement("team-a/nb-9", "dgx-0", (uuid,))],
+        nodes=[
+            NodeGpuStatus("dgx-0", 8, 5, 1, ("team-b/train-0",), (
+                SharedGpuStatus(uuid, 40000, 28000, 8000, ("team-a/nb-1", "team-a/nb-2")),
+                SharedGpuStatus("gpu-a", 40000, 100, 0, ("team-a/nb-3",)),
+            )),
+            NodeGpuStatus("dgx-1", 8, 8, 0, (), ()),
+            NodeGpuStatus("cpu-0", 0, 0, 0, (), ()),  # not a GPU node: not listed
+        ])
+    out = _render(result, 120)
+    assert max(len(line) for line in out.splitlines()) <= 120
+    section = _gpus_section(out)
+    assert "3f2a9c1e…: 70%, 20% releasing (team-a/nb-1, team-a/nb-2)" in section
+    assert "gpu-a: <1% (team-a/nb-3)" in section
+    assert uuid not in out
+    assert "team-b/train-0" in section
+    assert "dgx-1" in section
+    assert "cpu-0" not in section
+    assert "GPU group 3f2a9c1e…" in out[: out.index("GPUs (shared devices")]  # the pipelined row
+    truncated = _gpus_section(_render(result, 120, max_rows=1))
+    assert "dgx-1" not in truncated
+    assert "... and 1 more GPU nodes" in truncated
+
+
+def test_gpu_sharing_example_fits_120_columns():
+    from kaisched.cluster.schedule import resolve_config, run_cycle
+    from kaisched.framework.config import SchedulerConfig
+    from kaisched.k8s.loader import load_objects
+
+    now = datetime(2025, 1, 1, 12, tzinfo=UTC)
+    result = run_cycle(load_objects((str(SHARING),)), resolve_config(SchedulerConfig()), now)
+    out = _render(result, 120)
+    assert max(len(line) for line in out.splitlines()) <= 120
+    assert "gpu-a: 95% (team-a/nb-1, team-a/nb-2, team-a/nb-running)" in out  # one line, not folded

@@ -32,7 +32,8 @@ def _parse_now(value: str | None) -> datetime:
 @click.option("--now", "now", default=None, help="Time of the cycle (RFC3339); default: the current time.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 @click.option("--max-rows", type=int, default=50, show_default=True,
-              help="Table output: at most this many decision rows (0 = all).")
+              help="Table output: at most this many rows per section (decisions, pending PodGroups, GPU "
+                   "nodes; 0 = all).")
 def schedule_command(paths: tuple[str, ...], config_path: str | None, now: str | None, output: str,
                      max_rows: int) -> None:
     """Run one scheduling cycle on the cluster described by the manifests and print the decisions.
