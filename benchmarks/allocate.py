@@ -32,8 +32,16 @@ MIB: Final = 1024 * 1024
 NOW: Final = datetime(2026, 1, 1, tzinfo=UTC)
 #: The issue measures one allocate cycle; ``--actions default`` runs KAI's whole default action list.
 ALLOCATE_ONLY: Final[Mapping[str, Any]] = {"actions": "allocate"}
-#: The target of the issue, per full-size scenario on the CI machine.
+#: The target of the issue, per full-size scenario on the CI machine ...
 TARGET_S: Final = 2.0
+#: ... except where the issue sets another one for the scenario.
+TARGETS_S: Final[Mapping[str, float]] = {"fractional": 3.0}
+#: Slack of the sums of GPU fractions.
+FRACTION_EPS: Final = 1e-9
+
+
+def target_s(scenario: str) -> float:
+    return TARGETS_S.get(scenario, TARGET_S)
 
 
 def scheduler_config(actions: str) -> Mapping[str, Any] | None:
@@ -76,6 +84,8 @@ class Inventory:
     used_gpus: Counter[str] = field(default_factory=Counter)  # node -> GPUs of Running pods
     used_pods: Counter[str] = field(default_factory=Counter)  # node -> Running pods
     pending_pods: dict[str, tuple[str, int]] = field(default_factory=dict)  # "ns/pod" -> ("ns/group", GPUs)
+    # "ns/pod" -> gpu-fraction of the pending pods that ask for a share of one GPU (their GPUs above are 0)
+    pending_fractions: dict[str, float] = field(default_factory=dict)
     group_pods: Counter[str] = field(default_factory=Counter)  # "ns/group" -> pending pods
     group_min: dict[str, int] = field(default_factory=dict)  # "ns/group" -> minMember
     group_queue: dict[str, str] = field(default_factory=dict)  # "ns/group" -> queue
@@ -101,9 +111,13 @@ class Inventory:
                     inv.used_gpus[node_name] += gpus
                     inv.used_pods[node_name] += 1
                 else:
+                    key = f"{meta['namespace']}/{meta['name']}"
                     group = f"{meta['namespace']}/{meta['annotations']['pod-group-name']}"
-                    inv.pending_pods[f"{meta['namespace']}/{meta['name']}"] = (group, gpus)
+                    inv.pending_pods[key] = (group, gpus)
                     inv.group_pods[group] += 1
+                    fraction = meta["annotations"].get("gpu-fraction")
+                    if fraction is not None:
+                        inv.pending_fractions[key] = float(fraction)
         return inv
 
     @property
@@ -129,12 +143,16 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
     if result.errors:
         failures.append(f"{len(result.errors)} object errors, e.g. {result.errors[0].to_dict()}")
 
-    # every bind is a distinct pending pod on a known node
+    # every bind is a distinct pending pod on a known node; a fractional pod joins exactly one GPU group,
+    # a whole-GPU pod none
     seen: set[str] = set()
     bad: list[str] = []
-    node_gpus: Counter[str] = Counter()
+    wrong_groups: list[str] = []
+    node_gpus: Counter[str] = Counter()  # node -> whole GPUs bound
     node_pods: Counter[str] = Counter()
     group_binds: Counter[str] = Counter()
+    shares: dict[tuple[str, str], float] = {}  # (node, GPU group) -> sum of the fractions bound to it
+    share_pods: dict[str, dict[str, set[str]]] = {}  # node -> GPU group -> fractional pods bound to it
     for b in result.binds:
         if b.pod in seen:
             bad.append(f"{b.pod} bound twice")
@@ -147,25 +165,51 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
             bad.append(f"{b.pod} bound to unknown node {b.node}")
             continue
         group, gpus = entry
+        fraction = inv.pending_fractions.get(b.pod)
+        if fraction is None:
+            if b.gpu_groups:
+                wrong_groups.append(f"{b.pod} (whole GPU) with gpuGroups {list(b.gpu_groups)}")
+        elif len(b.gpu_groups) != 1:
+            wrong_groups.append(f"{b.pod} (gpu-fraction {fraction:g}) with gpuGroups {list(b.gpu_groups)}")
+        else:
+            key = (b.node, b.gpu_groups[0])
+            shares[key] = shares.get(key, 0.0) + fraction
+            share_pods.setdefault(b.node, {}).setdefault(b.gpu_groups[0], set()).add(b.pod)
         node_gpus[b.node] += gpus
         node_pods[b.node] += 1
         group_binds[group] += 1
     if bad:
         failures.append(f"bad binds: {_first(bad)}")
+    if wrong_groups:
+        failures.append(f"{len(wrong_groups)} binds with the wrong number of gpuGroups: {_first(wrong_groups)}")
 
-    bound_gpus = sum(node_gpus.values())
+    # GPU devices the binds take: the whole GPUs, plus one per distinct shared GPU group (which also takes
+    # one pod slot, for KAI's reservation pod)
+    node_groups: Counter[str] = Counter(n for n, _ in shares)
+    node_devices = node_gpus + node_groups
+    whole_gpus, shared_gpus = sum(node_gpus.values()), len(shares)
+    bound_gpus = whole_gpus + shared_gpus
     if bound_gpus > inv.free_gpus:
-        failures.append(f"{bound_gpus} GPUs bound but only {inv.free_gpus} were free")
+        failures.append(f"{bound_gpus} GPUs bound ({whole_gpus} whole + {shared_gpus} shared) but only "
+                        f"{inv.free_gpus} were free")
     if cluster.expected_binds is not None and len(result.binds) != cluster.expected_binds:
         failures.append(f"{len(result.binds)} binds, expected exactly {cluster.expected_binds}")
+    if cluster.expected_gpus_used is not None and bound_gpus != cluster.expected_gpus_used:
+        failures.append(f"{bound_gpus} GPUs used by the binds ({whole_gpus} whole + {shared_gpus} shared groups), "
+                        f"expected exactly {cluster.expected_gpus_used}")
 
-    # no node over-committed: Running + bound GPUs (and pods) within what the node has
-    over = [f"{n}: {inv.used_gpus[n]}+{g} GPUs > {inv.node_gpus[n]}" for n, g in node_gpus.items()
-            if inv.used_gpus[n] + g > inv.node_gpus[n]]
-    over += [f"{n}: {inv.used_pods[n]}+{p} pods > {inv.node_pod_cap[n]}" for n, p in node_pods.items()
-             if inv.used_pods[n] + p > inv.node_pod_cap[n]]
+    # no node over-committed: Running + bound GPUs (whole and shared groups) and pods within what the node
+    # has; no shared GPU holds more than one whole GPU's worth of fractions
+    over = [f"{n}: {inv.used_gpus[n]}+{node_gpus[n]}+{node_groups[n]} GPUs > {inv.node_gpus[n]}"
+            for n, g in node_devices.items() if inv.used_gpus[n] + g > inv.node_gpus[n]]
+    over += [f"{n}: {inv.used_pods[n]}+{p}+{node_groups[n]} pods > {inv.node_pod_cap[n]}"
+             for n, p in node_pods.items() if inv.used_pods[n] + p + node_groups[n] > inv.node_pod_cap[n]]
+    over += [f"{n} GPU group {g}: fractions sum to {f:.4f}" for (n, g), f in shares.items() if f > 1 + FRACTION_EPS]
     if over:
         failures.append(f"{len(over)} node over-commitments: {_first(over)}")
+
+    # the node report agrees with the binds: idle GPUs and the members of each shared GPU
+    failures += _check_node_report(inv, result, node_devices, share_pods)
 
     # gangs: a PodGroup is bound whole (all of its pods, at least minMember) or not at all
     partial = [f"{g}: {n} of {inv.group_pods[g]} pods (minMember {inv.group_min[g]})"
@@ -190,13 +234,27 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
     if result.evictions:
         failures.append(f"{len(result.evictions)} evictions, expected none")
 
-    # work conservation: limits are unlimited and nothing else constrains a 1-GPU single pod, so one
-    # may be left pending only when no GPU is left free
+    # work conservation: limits are unlimited and nothing else constrains a single pod (1 GPU or a fraction
+    # of one), and the room left only shrinks during the cycle, so a 1-GPU single pod may be left pending
+    # only when no GPU is left free, a fractional one only when, besides, no shared GPU has its fraction free
     left = inv.free_gpus - bound_gpus
-    waiting = [g for g, n in inv.group_pods.items()
-               if g not in group_binds and n == 1 and inv.group_min[g] == 1]
+    waiting: list[str] = []
+    waiting_fractions: list[tuple[float, str]] = []
+    for p, (pg, _) in inv.pending_pods.items():
+        if pg not in group_binds and inv.group_pods[pg] == 1 and inv.group_min[pg] == 1:
+            fraction = inv.pending_fractions.get(p)
+            waiting.append(p)
+            if fraction is not None:
+                waiting_fractions.append((fraction, p))
     if left > 0 and waiting:
-        failures.append(f"{len(waiting)} 1-GPU pods left pending with {left} GPUs free, e.g. {waiting[0]}")
+        failures.append(f"{len(waiting)} single pods left pending with {left} GPUs free, e.g. {waiting[0]}")
+    if waiting_fractions and shares:
+        smallest, pod_name = min(waiting_fractions)
+        room, (room_node, room_group) = max((1 - f, key) for key, f in shares.items())
+        if room >= smallest - FRACTION_EPS:
+            failures.append(f"{len(waiting_fractions)} fractional pods left pending, e.g. {pod_name} "
+                            f"(gpu-fraction {smallest:g}), while GPU group {room_group} on {room_node} has "
+                            f"{room:.2f} free")
 
     # equal queues (same quota, weight and demand) come out equal, within one gang
     if cluster.balanced_queues:
@@ -208,6 +266,33 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
             failures.append(f"unequal shares of equal queues: binds per queue range "
                             f"{min(per_queue.values())}..{max(per_queue.values())}")
     return failures
+
+
+def _check_node_report(inv: Inventory, result: kaisched.CycleResult, node_devices: Counter[str],
+                       share_pods: dict[str, dict[str, set[str]]]) -> list[str]:
+    """``result.nodes`` against the binds: per GPU node, idle GPUs = GPUs - Running - bound (whole and
+    shared groups), and the shared GPUs are exactly the GPU groups of the binds, with exactly their pods
+    (no Running pod shares a GPU in these scenarios)."""
+    reported = {n.name: n for n in result.nodes}
+    wrong: list[str] = []
+    for n, gpus in inv.node_gpus.items():
+        if gpus <= 0:
+            continue
+        status = reported.get(n)
+        if status is None:
+            wrong.append(f"{n} missing")
+            continue
+        idle = gpus - inv.used_gpus[n] - node_devices[n]
+        if status.idle != idle:
+            wrong.append(f"{n}: {status.idle:g} idle GPUs reported, {idle} expected")
+        shared = {g.group: set(g.pods) for g in status.shared}
+        bound = share_pods.get(n, {})
+        differ = [g for g in sorted(shared.keys() | bound.keys()) if shared.get(g) != bound.get(g)]
+        if differ:
+            g = differ[0]
+            wrong.append(f"{n} GPU group {g}: pods {sorted(shared.get(g, ()))} reported, "
+                         f"{sorted(bound.get(g, ()))} bound")
+    return [f"{len(wrong)} nodes reported unlike the binds: {_first(wrong)}"] if wrong else []
 
 
 # -------------------------------------------------------------------------------------- measurement
@@ -261,8 +346,8 @@ class Measurement:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__})
 
 
-def _binds_key(result: kaisched.CycleResult) -> list[tuple[str, str]]:
-    return [(b.pod, b.node) for b in result.binds]
+def _binds_key(result: kaisched.CycleResult) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(b.pod, b.node, b.gpu_groups) for b in result.binds]
 
 
 def traced_peak_mib(objects: list[Obj], config: Mapping[str, Any] | None) -> float:
@@ -288,7 +373,7 @@ def measure(scenario: str, *, smoke: bool = False, repeat: int = 3, actions: str
 
     walls: list[float] = []
     failures: list[str] = []
-    first: list[tuple[str, str]] | None = None
+    first: list[tuple[str, str, tuple[str, ...]]] | None = None
     result: kaisched.CycleResult | None = None
     for _ in range(max(1, repeat)):
         result = None  # let the previous cycle's result go before the next one runs
@@ -385,8 +470,9 @@ def format_report(results: list[Measurement], repeat: int) -> str:
             lines.append(f"    FAIL {f}")
     full = [m for m in results if not m.smoke]
     if full:
-        met = [m for m in full if m.best_s < TARGET_S]
-        verdict = "met" if len(met) == len(full) else "NOT met"
-        slow = ", ".join(f"{m.scenario} {m.best_s:.2f} s" for m in full if m.best_s >= TARGET_S)
-        lines.append(f"target < {TARGET_S:g} s per full-size cycle: {verdict}" + (f" ({slow})" if slow else ""))
+        slow = ", ".join(f"{m.scenario} {m.best_s:.2f} s" for m in full if m.best_s >= target_s(m.scenario))
+        verdict = "NOT met" if slow else "met"
+        own = ", ".join(f"{s} < {t:g} s" for s, t in TARGETS_S.items() if any(m.scenario == s for m in full))
+        lines.append(f"target < {TARGET_S:g} s per full-size cycle" + (f" ({own})" if own else "") + f": {verdict}"
+                     + (f" ({slow})" if slow else ""))
     return "\n".join(lines)

@@ -1,12 +1,14 @@
 """Deterministic generators of benchmark clusters (lists of Kubernetes object dicts).
 
-Every generator is a pure function of its size arguments: no randomness, no clock. The timed
+Every generator is a pure function of its size arguments: no clock, and the only randomness (the GPU
+fractions of ``fractional``) comes from a ``random.Random`` with a fixed seed. The timed
 repetitions reuse one generated list (``kaisched.schedule`` never mutates its input; if it did, the
 binds would likely differ between repetitions, which the benchmark reports as a failure).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -37,6 +39,9 @@ class Cluster:
     # every leaf queue has the same quota, weight and demand: binds per queue must come out equal
     # (within one gang)
     balanced_queues: bool = False
+    # exact number of GPU devices in use after the cycle (whole-GPU binds plus distinct shared GPU groups,
+    # besides those of Running pods), when it is known
+    expected_gpus_used: int | None = None
 
 
 # ------------------------------------------------------------------------------------ object makers
@@ -112,6 +117,33 @@ def pod(name: str, group: str, gpus: int = 1, node_name: str | None = None) -> O
         "metadata": {"name": name, "namespace": NAMESPACE, "annotations": {"pod-group-name": group}},
         "spec": spec,
         "status": status,
+    }
+
+
+def fractional_pod(name: str, group: str, fraction: float) -> Obj:
+    """A Pending pod of ``group`` asking ``fraction`` of one shared GPU (annotation ``gpu-fraction``, no
+    ``nvidia.com/gpu``); CPU and memory scale with the fraction (f x 8 cores, f x 64 GiB), so the pods on
+    one device never ask more than a whole-GPU pod does and GPUs still run out first."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "annotations": {"pod-group-name": group, "gpu-fraction": f"{fraction:g}"},
+        },
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer:latest",
+                    "resources": {"requests": {"cpu": f"{round(fraction * 8000)}m",
+                                               "memory": f"{round(fraction * 64 * 1024)}Mi"}},
+                },
+            ],
+        },
+        "status": {"phase": "Pending"},
     }
 
 
@@ -224,6 +256,57 @@ def mixed(nodes: int = 1000, leaves: int = 20, singles: int = 3000, gangs4: int 
     )
 
 
+# GPU fractions of the GPU-sharing pods of Alibaba's OpenB trace, as (fraction, pods) pairs: the rows of
+# /work/shared/traces/openb/openb_pod_list_default.csv (8,152 pods) with num_gpu == 1 and gpu_milli < 1000
+# (3,078 pods), f = gpu_milli / 1000 clipped to [0.1, 0.9] and rounded to 2 decimals (only the 7 pods of
+# 0.05 were clipped), counted per distinct value; mean 0.563. Derived once with
+#   rows = [r for r in csv.DictReader(open(path)) if int(r["num_gpu"]) == 1 and int(r["gpu_milli"]) < 1000]
+#   Counter(round(min(0.9, max(0.1, int(r["gpu_milli"]) / 1000)), 2) for r in rows)
+# (the CSV is not read at run time).
+OPENB_FRACTIONS: Final[tuple[tuple[float, int], ...]] = (
+    (0.1, 7), (0.11, 24), (0.14, 1), (0.16, 74), (0.22, 62), (0.23, 140), (0.27, 4), (0.29, 1),
+    (0.32, 328), (0.33, 7), (0.35, 6), (0.37, 47), (0.44, 2), (0.46, 128), (0.47, 750), (0.48, 19),
+    (0.55, 72), (0.59, 75), (0.65, 253), (0.81, 1078),
+)
+#: Seed of the fraction draws: every run builds the same pods.
+FRACTION_SEED: Final = 20261129
+# Per leaf queue, the pods go fractional / whole in this cycle: 3 of 5 (60 %) fractional, interleaved.
+SHARING_PATTERN: Final = (True, False, True, False, True)
+
+
+def fractional(nodes: int = 1000, pods: int = 20_000, leaves: int = 20) -> Cluster:
+    """(d) GPU sharing: ``pods`` pending pods, one PodGroup (minMember 1) each, round-robin over ``leaves``
+    queues; in each queue 3 of every 5 pods ask for a fraction of one GPU (drawn from the OpenB trace's
+    GPU-sharing pods with a fixed seed) and the others for 1 whole GPU."""
+    leaf_names = leaf_queue_names(leaves)
+    objs = base(nodes, leaves)
+    rng = random.Random(FRACTION_SEED)
+    values = [f for f, _ in OPENB_FRACTIONS]
+    weights = [n for _, n in OPENB_FRACTIONS]
+    shared = 0
+    asked = 0.0
+    for i in range(pods):
+        group = f"share-{i:06d}"
+        objs.append(pod_group(group, leaf_names[i % leaves], 1))
+        if SHARING_PATTERN[(i // leaves) % len(SHARING_PATTERN)]:
+            fraction = rng.choices(values, weights)[0]
+            objs.append(fractional_pod(f"{group}-0", group, fraction))
+            shared += 1
+            asked += fraction
+        else:
+            objs.append(pod(f"{group}-0", group))
+            asked += 1
+    total = nodes * GPUS_PER_NODE
+    return Cluster(
+        name="fractional",
+        description=(f"{pods:,} pending pods (one PodGroup each), {leaves} queues: {shared:,} ask a GPU fraction "
+                     f"(OpenB), {pods - shared:,} 1 GPU ({asked:,.0f} GPUs asked of {total:,})"),
+        objects=objs,
+        # demand exceeds the GPUs, so a correct scheduler leaves no device idle
+        expected_gpus_used=total if asked > total else None,
+    )
+
+
 Generator = Callable[[], Cluster]
 
 #: Issue sizes: 1,000 nodes x 8 GPUs.
@@ -231,6 +314,7 @@ FULL: Final[dict[str, Generator]] = {
     "single": lambda: single_gpu_pods(nodes=1000, pods=10_000),
     "gangs": lambda: gangs_of_eight(nodes=1000, gangs=1000),
     "mixed": lambda: mixed(nodes=1000, singles=3000, gangs4=500, gangs8=125),
+    "fractional": lambda: fractional(nodes=1000, pods=20_000),
 }
 
 #: CI sizes: the same shapes on 20 nodes, a few milliseconds each.
@@ -238,6 +322,7 @@ SMOKE: Final[dict[str, Generator]] = {
     "single": lambda: single_gpu_pods(nodes=20, pods=200),
     "gangs": lambda: gangs_of_eight(nodes=20, gangs=20),
     "mixed": lambda: mixed(nodes=20, singles=60, gangs4=10, gangs8=3),
+    "fractional": lambda: fractional(nodes=20, pods=400),
 }
 
 SCENARIOS: Final = tuple(FULL)
