@@ -145,16 +145,22 @@ def test_running_pods_of_one_group_share_one_device_and_a_new_pod_joins_it() -> 
 
 def test_a_running_fractional_pod_without_a_group_has_a_device_of_its_own() -> None:
     objs = [node("n1", 2), queue("q"), *shared("r1", fraction=0.3, node_name="n1"),
-            *shared("r2", fraction=0.3, node_name="n1"), *whole("w")]
-    result = run(*objs, config={"actions": "allocate"})
+            *shared("r2", fraction=0.3, node_name="n1"), *whole("w"), *shared("f", fraction=0.3)]
+    result = run(*objs)
     assert status(result, "w").status == "Pending"  # both GPUs are held by one fractional pod each
+    assert status(result, "f").status == "Pending"  # and nobody may join a device no pod names
     assert len(node_gpus(result, "n1").shared) == 2
-    # consolidation defragments: one fractional pod moves onto the other's GPU and w waits for the freed one
+
+
+def test_consolidation_moves_a_fraction_onto_another_shared_gpu_to_free_a_whole_one() -> None:
+    objs = [node("n1", 2), queue("q"), *shared("r1", fraction=0.3, node_name="n1", gpu_group="g1"),
+            *shared("r2", fraction=0.3, node_name="n1", gpu_group="g2"), *whole("w")]
+    assert status(run(*objs, config={"actions": "allocate"}), "w").status == "Pending"
     result = run(*objs)
     assert [e.action for e in result.evictions] == ["consolidation"]
     assert pipelined(result)["default/w"] == "n1"
     moved = next(p for p in result.pipelined if p.pod != "default/w")
-    assert moved.gpu_groups[0].startswith("default/r")  # joined the device of the pod that stays
+    assert moved.gpu_groups[0] in ("g1", "g2")  # joined the device of the pod that stays
 
 
 def test_gpupack_fills_the_fullest_shared_gpu_gpuspread_an_empty_one() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from datetime import datetime
 
@@ -93,6 +94,7 @@ class Session:
         self.revivable: set[str] = set()
         self._job_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
         self._to_allocate: dict[str, tuple[int, list[TaskInfo]]] = {}
+        self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
         # placement failures: task shape -> (nodes.version when it failed, fit error text)
         self.fit_failures: dict[tuple[object, ...], tuple[int, str]] = {}
 

@@ -82,7 +82,9 @@ class Statement:
     def _move(self, task: TaskInfo, node: int, groups: tuple[str, ...]) -> None:
         ssn = self.ssn
         old = task.node
-        ghost = replace(task, uid=f"{task.uid}#releasing", job=None)
+        # the pod still holds its old place until it is deleted; each move leaves its own copy (a pod
+        # moved twice leaves two)
+        ghost = replace(task, uid=f"{task.uid}#releasing-{next(ssn.ghost_ids)}", job=None)
         op = Operation(OpKind.MOVE, task, node, task.status, old, ghost=ghost, groups=groups)
         self._apply(op, TaskStatus.PIPELINED)
         ssn.nodes.add_task(ghost, old)  # the pod still holds its old place until it is deleted

@@ -48,6 +48,9 @@ IntArray = npt.NDArray[np.int64]
 # group names for new groups are UUIDs derived from (node, pod, device): the same input, the same name
 GROUP_NAMESPACE = uuid.UUID("5f0c3f7e-59d3-4f1e-9c3b-6b6a0c1c9a41")
 NO_FIT = -1.0
+# devices of running shared pods that carry no GPU-group label: named "<PRIVATE_PREFIX><pod uid>:<i>" (a
+# colon never appears in a label value, so no pod can name them); nobody else may join them
+PRIVATE_PREFIX = "own-gpu:"
 
 
 @dataclass(slots=True)
@@ -66,9 +69,16 @@ class GpuGroup:
         return not self.members
 
     @property
+    def private(self) -> bool:
+        """The device of a running shared pod that names no group: it is that pod's alone."""
+        return self.name.startswith(PRIVATE_PREFIX)
+
+    @property
     def shareable(self) -> bool:
         """Another pod may join: a member holds the device and is not leaving, or the device is being
-        formed by pipelined members (the joiner waits with them)."""
+        formed by pipelined members (the joiner waits with them); never a private device."""
+        if self.private:
+            return False
         return self.n_active > 0 or (self.n_pipelined > 0 and self.n_releasing == 0)
 
     @property

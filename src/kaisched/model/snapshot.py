@@ -33,6 +33,7 @@ from kaisched.model.gpu import (
     legacy_mig_annotation,
     parse_gpu_request,
 )
+from kaisched.model.gpu_sharing import PRIVATE_PREFIX
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.node import NodeTable
 from kaisched.model.queue import QueueInfo, QueueTree
@@ -480,8 +481,8 @@ class SnapshotBuilder:
         task.accepted_gpus = task.request_gpus
         if gpu.shared and task.status in ACTIVE_USED and task.node >= 0:
             groups = list(gpu_groups_of(task.labels))[: gpu.count]
-            while len(groups) < gpu.count:  # a running shared pod without a group has its own device
-                groups.append(f"{task.uid}-gpu{len(groups)}" if gpu.count > 1 or groups else f"{task.uid}-gpu")
+            while len(groups) < gpu.count:  # a running shared pod without a group has devices of its own
+                groups.append(f"{PRIVATE_PREFIX}{task.uid}:{len(groups)}")
             task.gpu_groups = tuple(groups)
 
 
