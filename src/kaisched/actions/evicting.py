@@ -79,7 +79,10 @@ class EvictingAction(Action):
         return -1
 
     def preemptible_running(self, ssn: Session) -> list[PodGroupInfo]:
-        """Preemptible jobs with active pods (cached per job version): the pool every action picks from."""
+        """Preemptible jobs with active pods: the pool every action picks from (cached until a pod moves;
+        per job until its version changes)."""
+        if self._pool is not None and self._pool[0] == ssn.nodes.version:
+            return self._pool[1]
         out = []
         for job in self._preemptible:
             cached = self._active.get(job.uid)
@@ -88,11 +91,13 @@ class EvictingAction(Action):
                 self._active[job.uid] = cached
             if cached[1]:
                 out.append(job)
+        self._pool = (ssn.nodes.version, out)
         return out
 
     def execute(self, ssn: Session) -> None:
         self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
         self._active: dict[str, tuple[int, bool]] = {}
+        self._pool: tuple[int, list[PodGroupInfo]] | None = None
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
