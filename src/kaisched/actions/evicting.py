@@ -60,6 +60,8 @@ def consolidation_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
 class EvictingAction(Action):
     """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
 
+    _pool: tuple[int, list[PodGroupInfo]] | None = None  # (nodes.version, preemptible running jobs)
+
     def candidates(self, ssn: Session) -> list[PodGroupInfo]:
         return pending_jobs(ssn)
 
@@ -97,7 +99,7 @@ class EvictingAction(Action):
     def execute(self, ssn: Session) -> None:
         self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
         self._active: dict[str, tuple[int, bool]] = {}
-        self._pool: tuple[int, list[PodGroupInfo]] | None = None
+        self._pool = None
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
