@@ -45,12 +45,6 @@ Validator = Callable[[Scenario], bool]
 BoolArray = npt.NDArray[np.bool_]
 
 
-def devices_freed(victim: TaskInfo) -> float:
-    """At most how many whole GPUs evicting ``victim`` frees (the filter must never under-estimate): its
-    whole devices, and each shared device it is on (freed if the device's other pods go too)."""
-    return float(victim.req[GPU]) + (victim.gpu.count if victim.gpu.shared else 0)
-
-
 class VictimSolver:
     def __init__(
         self,
@@ -124,7 +118,7 @@ class VictimSolver:
                 for t in self.chunks[c].tasks:
                     self._e_index[t.uid] = len(nodes_)
                     nodes_.append(t.node)
-                    gpus_.append(devices_freed(t))
+                    gpus_.append(t.devices)
                     chunks_.append(c)
             self._entries_upto = n
             self._entry_cache = (n, (np.array(nodes_, dtype=np.int64), np.array(gpus_, dtype=np.float64),
@@ -317,7 +311,7 @@ class VictimSolver:
                     continue
                 was_in = bool(mask[n])
                 old = float(free[n]) if was_in else 0.0
-                free[n] += devices_freed(t)
+                free[n] += t.devices
                 mask[n] = nodes.schedulable[n]
                 new = float(free[n]) if mask[n] else 0.0
                 state["sum"] += new - old
@@ -357,7 +351,7 @@ class VictimSolver:
                     victim_nodes[t.node] = True
                 if placed:
                     idx = np.fromiter((t.node for t in placed), dtype=np.int64, count=len(placed))
-                    np.add.at(free, idx, np.fromiter((devices_freed(t) for t in placed), dtype=np.float64,
+                    np.add.at(free, idx, np.fromiter((t.devices for t in placed), dtype=np.float64,
                                                      count=len(placed)))
                     mask[idx] = nodes.schedulable[idx]
                     state["sum"] = float(free[mask].sum())

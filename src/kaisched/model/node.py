@@ -140,8 +140,8 @@ class NodeTable:
             self.releasing[:, node] -= req
         if task.gpu_groups:
             self._join_groups(task, node, 1)
-        if task.gpu.any:
-            task.accepted_gpus = task.gpu.accepted_gpus(float(self.shared.mem[node]))
+            if task.gpu.kind is GpuKind.MEMORY:  # the only request whose GPUs depend on the node
+                task.accepted_gpus = task.gpu.accepted_gpus(float(self.shared.mem[node]))
         if task.legacy_mig:
             self.legacy_mig[node] += 1
         info = self.infos[node]

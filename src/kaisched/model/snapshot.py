@@ -477,6 +477,7 @@ class SnapshotBuilder:
             task.req[GPU] = 0.0  # a shared device is accounted by its GPU group
         elif gpu.kind is GpuKind.WHOLE:
             task.req[GPU] = float(gpu.count)
+        task.devices = float(task.req[GPU]) + (gpu.count if gpu.shared else 0)
         task.request_gpus = gpu.requested_gpus(self.min_gpu_memory)
         task.accepted_gpus = task.request_gpus
         if gpu.shared and task.status in ACTIVE_USED and task.node >= 0:

@@ -40,6 +40,9 @@ class TaskInfo:
     request_gpus: float = 0.0  # GPUs a pending task adds to its queue's request (gpu-memory: at the min node memory)
     accepted_gpus: float = 0.0  # GPUs counted for the queue on its current node (set when put on a node)
     legacy_mig: bool = False  # MIG requested by annotation (never scheduled)
+    # GPU devices the pod holds at most: its whole GPUs, or each shared device it is on (evicting it frees
+    # that many whole GPUs at most: a shared device is freed when its other pods go too)
+    devices: float = 0.0
 
     @property
     def key(self) -> str:
