@@ -9,7 +9,8 @@ subgroups or dra (the error-message scenario is a topology one), less those the 
 passed (the subGroups-only scenarios, and the two MIG ones that expect Pending); then, when the
 eviction actions landed (issue 3), the reclaim/preempt/consolidation/deletion scenarios that need
 shared GPUs, MIG, topology or DRA. GPU sharing (issue 4) removed every fractional, gpu-memory and MIG
-entry but one whose input cannot be written as Kubernetes objects.
+entry but one whose input cannot be written as Kubernetes objects; topology and hierarchical PodGroups
+(issue 5) removed the topology entries.
 """
 
 from __future__ import annotations
@@ -21,23 +22,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "integration_allocate_dra#8": "DRA GPU claims: no issue yet",
     "integration_allocate_dra#10": "DRA GPU claims: no issue yet",
     "integration_allocate_dra#12": "DRA GPU claims: no issue yet",
-    "integration_allocate_topology#0": "topology + subGroups: issue 5",
-    "integration_allocate_topology#2": "topology + subGroups + KAI's topology fit-error text: issue 5",
-    "integration_allocate_topology#4": "topology + subGroups: issue 5",
-    "integration_allocate_topology#6": "topology + subGroups: issue 5",
-    "unit_allocate_topology#0": "topology + subGroups: issue 5",
-    "unit_allocate_topology#2": "topology + subGroups: issue 5",
-    "unit_allocate_topology#4": "topology + subGroups: issue 5",
-    "unit_allocate_topology#6": "topology + subGroups: issue 5",
-    "unit_allocate_topology#8": "topology + subGroups: issue 5",
-    "unit_allocate_topology#10": "topology + subGroups: issue 5",
-    "unit_allocate_topology#12": "topology + subGroups: issue 5",
-    "unit_allocate_topology#14": "topology + subGroups: issue 5",
-    "unit_allocate_topology#16": "topology + subGroups: issue 5",
-    "unit_allocate_topology#18": "topology + subGroups: issue 5",
-    "unit_allocate_topology#20": "topology + subGroups: issue 5",
-    # eviction actions (issue 3): scenarios that need a feature of a later issue
-    "integration_consolidation#2": "topology + subGroups: issue 5",
     "integration_reclaim_gpu_dra#0": "DRA GPU claims: no issue yet",
     "integration_reclaim_gpu_dra#2": "DRA GPU claims: no issue yet",
 }

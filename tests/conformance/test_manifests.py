@@ -64,7 +64,7 @@ def test_defaults_applied() -> None:
     assert [t.id for t in j.tasks] == ["pending_job0-0"]
 
 
-LATER_FEATURES = {"topology", "subgroups", "dra"}
+LATER_FEATURES = {"dra"}
 
 
 def test_expected_failures_name_existing_scenarios_needing_later_features() -> None:

@@ -8,15 +8,17 @@ the fitting nodes and the best one wins (ties: smaller node name, i.e. smaller i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
 from kaisched.framework.plugin import NodeCandidates
-from kaisched.framework.session import Session
+from kaisched.framework.session import Session, TopologySubsets
 from kaisched.framework.statement import Statement
+from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.gpu import GpuKind
-from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.job import FitError, PodGroupInfo, SubGroupSet
 from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.task import TaskInfo
 
@@ -213,6 +215,16 @@ def allocate_job(
                 job.fit_errors = [err]
             return False
     checkpoint = stmt.checkpoint()
+    if ssn.subset_nodes is not None and job.has_topology:
+        placer = _TopologyPlacer(ssn, job, stmt, tasks, pipeline_only=pipeline_only, explain=explain)
+        if placer.place_set(job.root, node_mask if node_mask is not None else np.ones(len(ssn.nodes), np.bool_)):
+            if explain:
+                job.fit_errors = []
+            return True
+        stmt.rollback(checkpoint)
+        if explain:
+            job.fit_errors = [placer.error or FitError("PodSchedulingErrors", "Unable to schedule pod")]
+        return False
     for i, task in enumerate(tasks):
         detail = place_task(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
         if detail is not None:
@@ -224,3 +236,84 @@ def allocate_job(
     if explain:
         job.fit_errors = []
     return True
+
+
+class _TopologyPlacer:
+    """AllocateJob's recursion over the subgroup tree (spec 4.8 step 4): each (sub)group with a topology
+    constraint narrows the nodes to the sets its ``subset_nodes`` gives, tried in order; inside a set,
+    every child subgroup set is placed (by name), then every pod set (in pod-set order). The first set
+    where everything below fits wins; a failure rolls that set's placements back."""
+
+    def __init__(self, ssn: Session, job: PodGroupInfo, stmt: Statement, tasks: list[TaskInfo], *,
+                 pipeline_only: bool, explain: bool) -> None:
+        self.ssn, self.job, self.stmt = ssn, job, stmt
+        self.pipeline_only, self.explain = pipeline_only, explain
+        self.by_pod_set: dict[str, list[TaskInfo]] = {}
+        for t in tasks:
+            self.by_pod_set.setdefault(t.pod_set, []).append(t)
+        self.rank = {ps.name: i for i, ps in enumerate(ssn.pod_set_order(job))}
+        self.placed: list[TaskInfo] = []
+        self.error: FitError | None = None
+
+    def _subsets(self, name: str, constraint: TopologyConstraint | None, tasks: list[TaskInfo],
+                 mask: npt.NDArray[np.bool_]) -> TopologySubsets | None:
+        if constraint is None or self.ssn.subset_nodes is None:
+            return [(mask, None)]
+        subsets = self.ssn.subset_nodes(self.job, name, constraint, tasks, mask)
+        if isinstance(subsets, FitError):
+            self.error = subsets
+            return None
+        return subsets
+
+    def _try(self, subsets: TopologySubsets, place: Callable[[npt.NDArray[np.bool_]], bool]) -> bool:
+        ssn, stmt = self.ssn, self.stmt
+        for mask, scores in subsets:
+            checkpoint, placed = stmt.checkpoint(), len(self.placed)
+            inherited = ssn.topology_scores
+            if scores is not None:
+                ssn.topology_scores = scores
+            try:
+                ok = place(mask)
+            finally:
+                ssn.topology_scores = inherited
+            if ok:
+                return True
+            stmt.rollback(checkpoint)
+            del self.placed[placed:]
+        return False
+
+    def place_set(self, node: SubGroupSet, mask: npt.NDArray[np.bool_]) -> bool:
+        tasks = [t for name in node.all_pod_sets() for t in self.by_pod_set.get(name, ())]
+        if not tasks:
+            return True
+        subsets = self._subsets(node.name, node.constraint, tasks, mask)
+        if subsets is None:
+            return False
+        children = sorted(node.children, key=lambda c: c.name)
+        pod_sets = sorted(node.pod_sets, key=lambda n: (self.rank.get(n, len(self.rank)), n))
+
+        def place(m: npt.NDArray[np.bool_]) -> bool:
+            return all(self.place_set(c, m) for c in children) and all(self.place_pod_set(n, m) for n in pod_sets)
+
+        return self._try(subsets, place)
+
+    def place_pod_set(self, name: str, mask: npt.NDArray[np.bool_]) -> bool:
+        tasks = self.by_pod_set.get(name, [])
+        if not tasks:
+            return True
+        subsets = self._subsets(name, self.job.pod_sets[name].constraint, tasks, mask)
+        if subsets is None:
+            return False
+
+        def place(m: npt.NDArray[np.bool_]) -> bool:
+            for task in tasks:
+                detail = place_task(self.ssn, task, self.stmt, pipeline_only=self.pipeline_only,
+                                    explain=self.explain, node_mask=m)
+                if detail is not None:
+                    if self.explain:
+                        self.error = FitError("PodSchedulingErrors", gang_message(self.job, task, self.placed, detail))
+                    return False
+                self.placed.append(task)
+            return True
+
+        return self._try(subsets, place)

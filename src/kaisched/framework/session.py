@@ -6,6 +6,9 @@ import itertools
 from collections.abc import Callable
 from datetime import datetime
 
+import numpy as np
+import numpy.typing as npt
+
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.plugin import (
     JobCapacityCheck,
@@ -28,6 +31,7 @@ from kaisched.framework.result import (
     SharedGpuStatus,
 )
 from kaisched.framework.scenario import Scenario
+from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.gpu_sharing import GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.resources import GPU
@@ -36,6 +40,11 @@ from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
 from kaisched.model.task import TaskInfo
 
 PodSetKey = Callable[[PodSetInfo], object]
+BoolArray = npt.NDArray[np.bool_]
+# node sets to try in order for a (sub)group, each with per-node scores (or None), spec 9.4
+TopologySubsets = list[tuple[BoolArray, "npt.NDArray[np.float64] | None"]]
+SubsetNodes = Callable[[PodGroupInfo, str, TopologyConstraint, list[TaskInfo], BoolArray],
+                       "TopologySubsets | FitError"]
 VictimFilter = Callable[[PodGroupInfo, PodGroupInfo], bool]  # (pending job, victim job) -> keep victim
 ScenarioValidator = Callable[[Scenario], bool]
 JobPredicate = Callable[[PodGroupInfo], bool]
@@ -70,6 +79,9 @@ class Session:
         self.gpu_order_fns: list[GpuOrderFn] = []
         # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
         self.task_node_capacity_check: Predicate | None = None
+        # topology (spec 9.4): node sets for a constrained (sub)group, and the scores of the set being tried
+        self.subset_nodes: SubsetNodes | None = None
+        self.topology_scores: npt.NDArray[np.float64] | None = None
         self.allocate_handlers: list[TaskHandler] = []
         self.deallocate_handlers: list[TaskHandler] = []
         self.queue_order: QueueOrder | None = None

@@ -94,6 +94,9 @@ POD_KIND: Final = "Pod"
 QUEUE_KIND: Final = "Queue"
 POD_GROUP_KIND: Final = "PodGroup"
 PRIORITY_CLASS_KIND: Final = "PriorityClass"
+TOPOLOGY_KIND: Final = "Topology"
+MAX_TOPOLOGY_LEVELS: Final = 16
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 
 # ------------------------------------------------------------------------ priority/preemptibility
 

@@ -274,7 +274,15 @@ class PriorityClass:
     preemption_policy: str = "PreemptLowerPriority"
 
 
-KubeObject = Node | Pod | Queue | PodGroup | PriorityClass
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """``kai.scheduler/v1alpha1`` Topology: node labels from the widest level (zone) to the narrowest."""
+
+    meta: ObjectMeta
+    levels: tuple[str, ...]
+
+
+KubeObject = Node | Pod | Queue | PodGroup | PriorityClass | Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,4 +313,5 @@ class ParsedObjects:
     queues: list[Queue] = field(default_factory=list)
     pod_groups: list[PodGroup] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)
     errors: list[ObjectError] = field(default_factory=list)

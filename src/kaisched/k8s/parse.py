@@ -50,6 +50,7 @@ from kaisched.k8s.objects import (
     SubGroup,
     Taint,
     Toleration,
+    Topology,
     TopologyConstraint,
     WeightedPodAffinityTerm,
 )
@@ -223,6 +224,8 @@ class _Parser:
             result.pod_groups.append(obj)
         elif isinstance(obj, Queue):
             result.queues.append(obj)
+        elif isinstance(obj, Topology):
+            result.topologies.append(obj)
         else:
             result.priority_classes.append(obj)
 
@@ -887,6 +890,32 @@ def _topology_constraint(ctx: _Ctx, value: object, path: str) -> TopologyConstra
     )
 
 
+# --------------------------------------------------------------------------------------- topologies
+
+
+def _parse_topology(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> Topology:
+    """Levels from the widest to the narrowest (spec 2.4): 1-16 node labels, unique, the hostname label
+    only as the last one."""
+    spec = _mapping(ctx, doc.get("spec"), "spec")
+    items = _list(ctx, spec.get("levels"), "spec.levels")
+    levels: list[str] = []
+    for i, item in enumerate(items):
+        path = f"spec.levels[{i}]"
+        label = _str(ctx, _mapping(ctx, item, path), "nodeLabel", path)
+        if not label:
+            ctx.error(f"{path}.nodeLabel", "must name a node label")
+        elif label in levels:
+            ctx.error(f"{path}.nodeLabel", f"duplicate level {label!r}")
+        levels.append(label)
+    if not items:
+        ctx.error("spec.levels", "a topology needs at least one level")
+    elif len(items) > c.MAX_TOPOLOGY_LEVELS:
+        ctx.error("spec.levels", f"at most {c.MAX_TOPOLOGY_LEVELS} levels, got {len(items)}")
+    if c.HOSTNAME_LABEL in levels[:-1]:
+        ctx.error("spec.levels", f"{c.HOSTNAME_LABEL} may only be the last (narrowest) level")
+    return Topology(meta=meta, levels=tuple(levels))
+
+
 # ---------------------------------------------------------------------------------- priorityclasses
 
 
@@ -914,6 +943,7 @@ _KINDS: Final[Mapping[str, _KindInfo]] = MappingProxyType(
         c.QUEUE_KIND: _KindInfo(c.QUEUE_API_VERSION, False, _parse_queue),
         c.POD_GROUP_KIND: _KindInfo(c.POD_GROUP_API_VERSION, True, _parse_pod_group),
         c.PRIORITY_CLASS_KIND: _KindInfo(c.PRIORITY_CLASS_API_VERSION, False, _parse_priority_class),
+        c.TOPOLOGY_KIND: _KindInfo(c.TOPOLOGY_API_VERSION, False, _parse_topology),
     }
 )
 

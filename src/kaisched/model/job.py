@@ -5,16 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kaisched.k8s.objects import PodGroup
+from kaisched.k8s.objects import PodGroup, TopologyConstraint
 from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALIVE, ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
 
 
 @dataclass(slots=True, eq=False)
 class PodSetInfo:
+    """A leaf of the PodGroup's subgroup tree (the ``default`` one when there are no subgroups)."""
+
     name: str
     min_available: int
     tasks: list[TaskInfo] = field(default_factory=list)
+    constraint: TopologyConstraint | None = None  # its own topology constraint (spec 9.2)
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
         return sum(1 for t in self.tasks if t.status in statuses)
@@ -29,6 +32,24 @@ class PodSetInfo:
 
     def pending_tasks(self) -> list[TaskInfo]:
         return [t for t in self.tasks if t.status is TaskStatus.PENDING]
+
+
+@dataclass(slots=True, eq=False)
+class SubGroupSet:
+    """A non-leaf of the subgroup tree (the root is the PodGroup itself, named ""): its constraint applies
+    to everything below it; every child is required (spec 9.5)."""
+
+    name: str
+    constraint: TopologyConstraint | None = None
+    children: list[SubGroupSet] = field(default_factory=list)
+    pod_sets: list[str] = field(default_factory=list)  # leaves directly below, by name
+
+    def all_pod_sets(self) -> list[str]:
+        return [*self.pod_sets, *(n for c in self.children for n in c.all_pod_sets())]
+
+    def has_constraint(self, pod_sets: dict[str, PodSetInfo]) -> bool:
+        return self.constraint is not None or any(pod_sets[n].constraint is not None for n in self.pod_sets) or any(
+            c.has_constraint(pod_sets) for c in self.children)
 
 
 @dataclass(slots=True, eq=False)
@@ -57,6 +78,8 @@ class PodGroupInfo:
     fit_errors: list[FitError] = field(default_factory=list)
     pipelined_reason: FitError | None = None  # why the job waits although it has been placed
     version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
+    root: SubGroupSet = field(default_factory=lambda: SubGroupSet(""))  # the subgroup tree (spec 9.5)
+    has_topology: bool = False  # some (sub)group of it has a topology constraint
 
     @property
     def key(self) -> str:

@@ -23,6 +23,9 @@ from kaisched.k8s.objects import (
     Queue,
     QueueResource,
     QueueResources,
+    SubGroup,
+    Topology,
+    TopologyConstraint,
 )
 from kaisched.model.gpu import (
     NO_GPU,
@@ -34,7 +37,7 @@ from kaisched.model.gpu import (
     parse_gpu_request,
 )
 from kaisched.model.gpu_sharing import PRIVATE_PREFIX
-from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
+from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
 from kaisched.model.node import NodeTable
 from kaisched.model.queue import QueueInfo, QueueTree
 from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS, ResourceIndex, Vector
@@ -62,6 +65,7 @@ class Snapshot:
     total: Vector  # [gpu, cpu, memory] capacity that KAI divides between queues (spec 5.2)
     min_node_gpu_memory: float
     errors: list[ObjectError] = field(default_factory=list)
+    topologies: list[Topology] = field(default_factory=list)
 
 
 def _ts(value: datetime | None, default: datetime) -> datetime:
@@ -246,6 +250,19 @@ def _pod_vector(pod: Pod, resources: ResourceIndex) -> Vector:
     return req
 
 
+def _root_constraint(pg: PodGroup) -> TopologyConstraint | None:
+    c = pg.topology_constraint
+    if c is not None and c.topology:
+        return c
+    ann = pg.meta.annotations
+    topology = ann.get(C.TOPOLOGY_ANNOTATION, "")
+    if not topology:
+        return None
+    return TopologyConstraint(topology=topology,
+                              required_level=ann.get(C.TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION, ""),
+                              preferred_level=ann.get(C.TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION, ""))
+
+
 def _is_reservation_pod(pod: Pod) -> bool:
     """KAI's GPU reservation pods: the shared device they hold is modelled by its GPU group."""
     return pod.meta.namespace in (C.RESERVATION_NAMESPACE, C.LEGACY_RESERVATION_NAMESPACE) or (
@@ -331,7 +348,8 @@ class SnapshotBuilder:
         total = np.maximum(total, 0.0)
         ordered_jobs = {k: jobs[k] for k in sorted(jobs)}
         return Snapshot(now=now, resources=resources, nodes=nodes, queues=tree, jobs=ordered_jobs, tasks=tasks,
-                        total=total, min_node_gpu_memory=min_gpu_memory, errors=self.errors)
+                        total=total, min_node_gpu_memory=min_gpu_memory, errors=self.errors,
+                        topologies=list(parsed.topologies))
 
     # ---- helpers ------------------------------------------------------------------------------
     def _is_ours(self, pod: Pod) -> bool:
@@ -389,12 +407,8 @@ class SnapshotBuilder:
             stale_since=_parse_annotation_time(meta, C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, "PodGroup",
                                                self.errors),
         )
-        leaves = [sg for sg in pg.sub_groups if not any(o.parent == sg.name for o in pg.sub_groups)]
-        if leaves:
-            for sg in leaves:
-                info.pod_sets[sg.name] = PodSetInfo(sg.name, max(sg.min_member, 1))
-        else:
-            info.pod_sets["default"] = PodSetInfo("default", max(pg.min_member, 1))
+        info.root = self._sub_group_tree(pg, info)
+        info.has_topology = info.root.has_constraint(info.pod_sets)
         ref = _ref("PodGroup", meta)
         if not pg.queue:
             info.blocked = FitError("QueueDoesNotExist", "PodGroup does not name a queue (spec.queue is empty)")
@@ -410,6 +424,38 @@ class SnapshotBuilder:
             )
             self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' is not a leaf queue"))
         return info
+
+    @staticmethod
+    def _sub_group_tree(pg: PodGroup, info: PodGroupInfo) -> SubGroupSet:
+        """The subgroup tree (spec 2.2, 9.5): subgroups named as a parent are sets (their minMember is
+        ignored, every child is required), the others are pod sets with ``max(minMember, 1)``; the root
+        is the PodGroup with its topology constraint (``spec.topologyConstraint``, else the top owner's
+        ``kai.scheduler/topology*`` annotations copied onto the PodGroup)."""
+        root = SubGroupSet("", _root_constraint(pg))
+        if not pg.sub_groups:
+            info.pod_sets["default"] = PodSetInfo("default", max(pg.min_member, 1))
+            root.pod_sets.append("default")
+            return root
+        children: dict[str | None, list[SubGroup]] = {}
+        for sg in pg.sub_groups:
+            children.setdefault(sg.parent.lower() if sg.parent else None, []).append(sg)
+
+        def build(node: SubGroupSet, key: str | None, seen: frozenset[str]) -> None:
+            for sg in children.get(key, []):
+                if sg.name in seen:
+                    continue  # a cycle (reported by the parser)
+                constraint = sg.topology_constraint if sg.topology_constraint and sg.topology_constraint.topology \
+                    else None
+                if sg.name in children:
+                    child = SubGroupSet(sg.name, constraint)
+                    node.children.append(child)
+                    build(child, sg.name, seen | {sg.name})
+                else:
+                    info.pod_sets[sg.name] = PodSetInfo(sg.name, max(sg.min_member, 1), constraint=constraint)
+                    node.pod_sets.append(sg.name)
+
+        build(root, None, frozenset())
+        return root
 
     def _task(self, pod: Pod, resources: ResourceIndex, nodes: NodeTable,
               jobs: dict[str, PodGroupInfo]) -> TaskInfo | None:

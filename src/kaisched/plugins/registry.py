@@ -25,6 +25,7 @@ from kaisched.plugins.scoring import (
     NominatedNodePlugin,
     ResourceTypePlugin,
 )
+from kaisched.plugins.topology import TopologyPlugin
 
 PLUGINS: Mapping[str, type[Plugin]] = {
     cls.name: cls
@@ -46,13 +47,14 @@ PLUGINS: Mapping[str, type[Plugin]] = {
         GpuPackPlugin,
         GpuSpreadPlugin,
         GpuSharingOrderPlugin,
+        TopologyPlugin,
     )
 }
 
-# KAI plugins whose behaviour only concerns inputs this version does not schedule yet (topology
-# constraints, DRA claims) or KAI's HTTP debug endpoint. They are
-# accepted in configurations so KAI's configs load unchanged; see docs/compatibility.md.
-ACCEPTED_WITHOUT_EFFECT = frozenset({"dynamicresources", "topology", "snapshot", "reflectjoborder"})
+# KAI plugins whose behaviour only concerns inputs this version does not schedule yet (DRA claims) or
+# KAI's HTTP debug endpoint. They are accepted in configurations so KAI's configs load unchanged; see
+# docs/compatibility.md.
+ACCEPTED_WITHOUT_EFFECT = frozenset({"dynamicresources", "snapshot", "reflectjoborder"})
 
 
 def validate_plugins(config: SchedulerConfig) -> None:
