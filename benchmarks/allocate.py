@@ -89,6 +89,10 @@ class Inventory:
     group_pods: Counter[str] = field(default_factory=Counter)  # "ns/group" -> pending pods
     group_min: dict[str, int] = field(default_factory=dict)  # "ns/group" -> minMember
     group_queue: dict[str, str] = field(default_factory=dict)  # "ns/group" -> queue
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # Topology -> level labels, widest first
+    # "ns/group" -> (Topology, level) of its spec.topologyConstraint.requiredTopologyLevel
+    group_required: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, objects: list[Obj]) -> Inventory:
@@ -99,10 +103,16 @@ class Inventory:
                 alloc = obj["status"]["allocatable"]
                 inv.node_gpus[meta["name"]] = _int(alloc.get("nvidia.com/gpu", 0))
                 inv.node_pod_cap[meta["name"]] = _int(alloc.get("pods", 110))
+                inv.node_labels[meta["name"]] = dict(meta.get("labels", {}))
+            elif kind == "Topology":
+                inv.topologies[meta["name"]] = tuple(level["nodeLabel"] for level in obj["spec"]["levels"])
             elif kind == "PodGroup":
                 key = f"{meta['namespace']}/{meta['name']}"
                 inv.group_min[key] = int(obj["spec"].get("minMember", 1))
                 inv.group_queue[key] = obj["spec"]["queue"]
+                constraint = obj["spec"].get("topologyConstraint") or {}
+                if constraint.get("requiredTopologyLevel"):
+                    inv.group_required[key] = (constraint["topology"], constraint["requiredTopologyLevel"])
             elif kind == "Pod":
                 requests = obj["spec"]["containers"][0]["resources"]["requests"]
                 gpus = _int(requests.get("nvidia.com/gpu", 0))
@@ -119,6 +129,16 @@ class Inventory:
                     if fraction is not None:
                         inv.pending_fractions[key] = float(fraction)
         return inv
+
+    def domain(self, node: str, topology: str, level: str) -> str | None:
+        """The node's domain at ``level`` of ``topology`` (its level labels' values down to that level, joined
+        by ``.``, spec 9.1); None when the node is not in the topology (lacks a level label), or there is no
+        such topology or level (a PodGroup bound under such a constraint then counts as spread)."""
+        levels = self.topologies.get(topology, ())
+        labels = self.node_labels[node]
+        if level not in levels or any(label not in labels for label in levels):
+            return None
+        return ".".join(labels[label] for label in levels[: levels.index(level) + 1])
 
     @property
     def total_gpus(self) -> int:
@@ -151,6 +171,7 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
     node_gpus: Counter[str] = Counter()  # node -> whole GPUs bound
     node_pods: Counter[str] = Counter()
     group_binds: Counter[str] = Counter()
+    group_nodes: dict[str, set[str]] = {}  # "ns/group" -> nodes its pods are bound to
     shares: dict[tuple[str, str], float] = {}  # (node, GPU group) -> sum of the fractions bound to it
     share_pods: dict[str, dict[str, set[str]]] = {}  # node -> GPU group -> fractional pods bound to it
     for b in result.binds:
@@ -178,6 +199,7 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
         node_gpus[b.node] += gpus
         node_pods[b.node] += 1
         group_binds[group] += 1
+        group_nodes.setdefault(group, set()).add(b.node)
     if bad:
         failures.append(f"bad binds: {_first(bad)}")
     if wrong_groups:
@@ -216,6 +238,11 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
                for g, n in group_binds.items() if n < inv.group_min[g] or n != inv.group_pods[g]]
     if partial:
         failures.append(f"{len(partial)} gangs partly bound: {_first(partial)}")
+    if cluster.expected_bound_groups is not None and len(group_binds) != cluster.expected_bound_groups:
+        failures.append(f"{len(group_binds)} PodGroups bound, expected exactly {cluster.expected_bound_groups}")
+
+    # topology constraints: in one domain of the required level, or pending for want of room, saying so
+    failures += _check_topology(inv, result, group_nodes, node_devices)
 
     # the reported PodGroup statuses agree with the binds
     status = {g.name: g.status for g in result.pod_groups}
@@ -265,6 +292,65 @@ def check(cluster: Cluster, inv: Inventory, result: kaisched.CycleResult) -> lis
         if per_queue and max(per_queue.values()) - min(per_queue.values()) > biggest:
             failures.append(f"unequal shares of equal queues: binds per queue range "
                             f"{min(per_queue.values())}..{max(per_queue.values())}")
+    return failures
+
+
+def _check_topology(inv: Inventory, result: kaisched.CycleResult, group_nodes: dict[str, set[str]],
+                    node_devices: Counter[str]) -> list[str]:
+    """PodGroups with a required topology level (spec 9.3): every bound one has all its pods in a single
+    domain of that level; every pending one has a reason and a message that names the topology and the
+    level; and one is left pending only when no domain of its level has room left for all its pods (whole
+    GPUs only; CPU, memory and pod slots never run out in these scenarios; the room left only shrinks during
+    an allocate cycle)."""
+    if not inv.group_required:
+        return []
+    failures: list[str] = []
+    spread: list[str] = []
+    for g, nodes in group_nodes.items():
+        required = inv.group_required.get(g)
+        if required is not None:
+            domains = {inv.domain(n, *required) for n in nodes}
+            if len(domains) != 1 or None in domains:
+                spread.append(f"{g} on {len(nodes)} nodes in {sorted(str(d) for d in domains)}")
+    if spread:
+        failures.append(f"{len(spread)} PodGroups not within one domain of their required level: {_first(spread)}")
+
+    status = {g.name: g for g in result.pod_groups}
+    pending = [g for g in inv.group_required if g not in group_nodes]
+    silent = [f"{g}: reason {status[g].reason!r}, message {status[g].message!r}" for g in pending if g in status
+              and not (status[g].reason and status[g].message and f"topology {inv.group_required[g][0]}"
+                       in status[g].message and inv.group_required[g][1] in status[g].message)]
+    if silent:
+        failures.append(f"{len(silent)} pending PodGroups without a topology reason: {_first(silent)}")
+
+    # GPUs left free per node, and the pending GPU asks (all whole GPUs) per constrained PodGroup
+    free = {n: gpus - inv.used_gpus[n] - node_devices[n] for n, gpus in inv.node_gpus.items()}
+    asks: dict[str, list[int]] = {}
+    for p, (g, gpus) in inv.pending_pods.items():
+        if g in inv.group_required and p not in inv.pending_fractions:
+            asks.setdefault(g, []).append(gpus)
+    domains: dict[tuple[str, str], dict[str, list[str]]] = {}  # (topology, level) -> domain -> nodes
+    roomy: list[str] = []
+    for g in pending:
+        required = inv.group_required[g]
+        largest = max(asks.get(g, [0]))
+        if required[0] not in inv.topologies or largest <= 0 or len(asks[g]) != inv.group_pods[g]:
+            continue
+        per_domain = domains.get(required)
+        if per_domain is None:
+            per_domain = domains[required] = {}
+            for n in inv.node_gpus:
+                d = inv.domain(n, *required)
+                if d is not None:
+                    per_domain.setdefault(d, []).append(n)
+        for d, nodes in sorted(per_domain.items()):
+            copies = sum(max(free[n], 0) // largest for n in nodes)
+            if copies >= inv.group_pods[g]:
+                roomy.append(f"{g} ({inv.group_pods[g]} pods of {largest} GPUs) while {d} has room for {copies}")
+                break
+    if roomy:
+        failures.append(f"{len(roomy)} PodGroups left pending although a domain of their level has room: "
+                        f"{_first(roomy)}")
     return failures
 
 

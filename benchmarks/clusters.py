@@ -25,6 +25,11 @@ NODE_MAX_PODS: Final = 110
 POD_CPU: Final = "8"  # 8 GPUs x 8 cores = 64 of 128 cores: CPU never runs out before GPUs
 POD_MEMORY: Final = "64Gi"  # 8 x 64 GiB = 512 GiB of 1 TiB
 PARENT_QUEUES: Final = ("org-a", "org-b")
+TOPOLOGY_API_VERSION: Final = "kai.scheduler/v1alpha1"
+#: ``topology``: the Topology object's name and its levels, widest first (spec 2.4)
+TOPOLOGY_NAME: Final = "dc"
+SPINE_LABEL: Final = "example.com/spine"
+RACK_LABEL: Final = "example.com/rack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,16 +47,19 @@ class Cluster:
     # exact number of GPU devices in use after the cycle (whole-GPU binds plus distinct shared GPU groups,
     # besides those of Running pods), when it is known
     expected_gpus_used: int | None = None
+    # exact number of PodGroups that get bound (all their pods), when it is known
+    expected_bound_groups: int | None = None
 
 
 # ------------------------------------------------------------------------------------ object makers
 
 
-def node(name: str) -> Obj:
+def node(name: str, labels: dict[str, str] | None = None) -> Obj:
+    """A GPU node; ``labels`` (e.g. topology levels) besides its hostname label."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         "status": {
             "allocatable": {
                 "cpu": str(NODE_CPU_CORES),
@@ -79,16 +87,31 @@ def queue(name: str, parent: str | None, gpu_quota: float, gpu_weight: float = 1
 
 
 def pod_group(name: str, queue_name: str, min_member: int, priority_class: str = PRIORITY_CLASS,
-              created: str | None = None) -> Obj:
-    """A PodGroup; ``created`` (RFC 3339) sets metadata.creationTimestamp, which orders equal jobs."""
+              created: str | None = None, required_level: tuple[str, str] | None = None) -> Obj:
+    """A PodGroup; ``created`` (RFC 3339) sets metadata.creationTimestamp, which orders equal jobs;
+    ``required_level`` (topology, level label) sets spec.topologyConstraint: every pod in one domain of
+    that level."""
     metadata: Obj = {"name": name, "namespace": NAMESPACE}
     if created is not None:
         metadata["creationTimestamp"] = created
+    spec: Obj = {"queue": queue_name, "minMember": min_member, "priorityClassName": priority_class}
+    if required_level is not None:
+        spec["topologyConstraint"] = {"topology": required_level[0], "requiredTopologyLevel": required_level[1]}
     return {
         "apiVersion": "scheduling.run.ai/v2alpha2",
         "kind": "PodGroup",
         "metadata": metadata,
-        "spec": {"queue": queue_name, "minMember": min_member, "priorityClassName": priority_class},
+        "spec": spec,
+    }
+
+
+def topology(name: str, levels: tuple[str, ...]) -> Obj:
+    """A Topology (spec 2.4): node labels from the widest level to the narrowest."""
+    return {
+        "apiVersion": TOPOLOGY_API_VERSION,
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": label} for label in levels]},
     }
 
 
@@ -307,22 +330,57 @@ def fractional(nodes: int = 1000, pods: int = 20_000, leaves: int = 20) -> Clust
     )
 
 
+def topology_racks(spines: int = 4, racks_per_spine: int = 8, nodes_per_rack: int = 32, jobs: int = 200,
+                   size: int = 64, leaves: int = 20) -> Cluster:
+    """(e) Topology-aware gangs: ``spines`` x ``racks_per_spine`` racks of ``nodes_per_rack`` nodes (labels
+    ``example.com/spine: spine-S``, ``example.com/rack: rack-NN``, a two-level Topology ``dc``), and ``jobs``
+    pending gangs of ``size`` 1-GPU pods (minMember ``size``), each PodGroup requiring one rack
+    (``requiredTopologyLevel: example.com/rack``), round-robin over ``leaves`` queues."""
+    racks = spines * racks_per_spine
+    nodes = racks * nodes_per_rack
+    objs: list[Obj] = []
+    for i, name in enumerate(node_names(nodes)):
+        rack = i // nodes_per_rack
+        objs.append(node(name, {SPINE_LABEL: f"spine-{rack // racks_per_spine}", RACK_LABEL: f"rack-{rack:02d}"}))
+    objs += queues(leaves, nodes * GPUS_PER_NODE)
+    objs.append(topology(TOPOLOGY_NAME, (SPINE_LABEL, RACK_LABEL)))
+    leaf_names = leaf_queue_names(leaves)
+    for i in range(jobs):
+        group = f"rackjob-{i:06d}"
+        objs.append(pod_group(group, leaf_names[i % leaves], size, required_level=(TOPOLOGY_NAME, RACK_LABEL)))
+        objs.extend(pod(f"{group}-{p}", group) for p in range(size))
+    per_rack = nodes_per_rack * GPUS_PER_NODE // size  # 1-GPU pods: any packing inside a rack works
+    fit = min(jobs, racks * per_rack)
+    return Cluster(
+        name="topology",
+        description=(f"{jobs:,} pending {size}-pod gangs, each required in one rack ({spines} spines x "
+                     f"{racks_per_spine} racks x {nodes_per_rack} nodes: {per_rack} gangs per rack, {fit:,} fit), "
+                     f"{leaves} queues"),
+        objects=objs,
+        expected_binds=fit * size,
+        balanced_queues=jobs % leaves == 0,
+        expected_bound_groups=fit,
+    )
+
+
 Generator = Callable[[], Cluster]
 
-#: Issue sizes: 1,000 nodes x 8 GPUs.
+#: Issue sizes: 1,000 nodes x 8 GPUs (``topology``: 1,024, in 32 racks of 32).
 FULL: Final[dict[str, Generator]] = {
     "single": lambda: single_gpu_pods(nodes=1000, pods=10_000),
     "gangs": lambda: gangs_of_eight(nodes=1000, gangs=1000),
     "mixed": lambda: mixed(nodes=1000, singles=3000, gangs4=500, gangs8=125),
     "fractional": lambda: fractional(nodes=1000, pods=20_000),
+    "topology": lambda: topology_racks(spines=4, racks_per_spine=8, nodes_per_rack=32, jobs=200, size=64),
 }
 
-#: CI sizes: the same shapes on 20 nodes, a few milliseconds each.
+#: CI sizes: the same shapes on 20 nodes (``topology``: 16, in 4 racks of 4), a few milliseconds each.
 SMOKE: Final[dict[str, Generator]] = {
     "single": lambda: single_gpu_pods(nodes=20, pods=200),
     "gangs": lambda: gangs_of_eight(nodes=20, gangs=20),
     "mixed": lambda: mixed(nodes=20, singles=60, gangs4=10, gangs8=3),
     "fractional": lambda: fractional(nodes=20, pods=400),
+    "topology": lambda: topology_racks(spines=2, racks_per_spine=2, nodes_per_rack=4, jobs=20, size=8),
 }
 
 SCENARIOS: Final = tuple(FULL)

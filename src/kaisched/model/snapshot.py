@@ -41,6 +41,7 @@ from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
 from kaisched.model.node import NodeTable
 from kaisched.model.queue import QueueInfo, QueueTree
 from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS, ResourceIndex, Vector
+from kaisched.model.segments import apply_segments
 from kaisched.model.status import ACTIVE_USED, TaskStatus
 from kaisched.model.task import HostPort, TaskInfo
 
@@ -341,6 +342,7 @@ class SnapshotBuilder:
                 if task.job is None and not self._is_ours(pod) and nodes.schedulable[task.node]:
                     other_usage += task.quota_vector()
         for job in jobs.values():
+            apply_segments(job, self.errors)
             for ps in job.pod_sets.values():
                 ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
         total = nodes.allocatable[:3, nodes.schedulable].sum(axis=1) - other_usage
