@@ -309,17 +309,23 @@ def _check_topology(inv: Inventory, result: kaisched.CycleResult, group_nodes: d
     for g, nodes in group_nodes.items():
         required = inv.group_required.get(g)
         if required is not None:
-            domains = {inv.domain(n, *required) for n in nodes}
-            if len(domains) != 1 or None in domains:
-                spread.append(f"{g} on {len(nodes)} nodes in {sorted(str(d) for d in domains)}")
+            used = {inv.domain(n, *required) for n in nodes}
+            if len(used) != 1 or None in used:
+                spread.append(f"{g} on {len(nodes)} nodes in {sorted(str(d) for d in used)}")
     if spread:
         failures.append(f"{len(spread)} PodGroups not within one domain of their required level: {_first(spread)}")
 
     status = {g.name: g for g in result.pod_groups}
     pending = [g for g in inv.group_required if g not in group_nodes]
-    silent = [f"{g}: reason {status[g].reason!r}, message {status[g].message!r}" for g in pending if g in status
-              and not (status[g].reason and status[g].message and f"topology {inv.group_required[g][0]}"
-                       in status[g].message and inv.group_required[g][1] in status[g].message)]
+    silent: list[str] = []
+    for g in pending:
+        st = status.get(g)
+        if st is None:
+            continue  # reported missing by check()
+        name, level = inv.group_required[g]
+        message = st.message or ""
+        if not st.reason or f"topology {name}" not in message or level not in message:
+            silent.append(f"{g}: reason {st.reason!r}, message {st.message!r}")
     if silent:
         failures.append(f"{len(silent)} pending PodGroups without a topology reason: {_first(silent)}")
 
@@ -343,8 +349,8 @@ def _check_topology(inv: Inventory, result: kaisched.CycleResult, group_nodes: d
                 d = inv.domain(n, *required)
                 if d is not None:
                     per_domain.setdefault(d, []).append(n)
-        for d, nodes in sorted(per_domain.items()):
-            copies = sum(max(free[n], 0) // largest for n in nodes)
+        for d, members in sorted(per_domain.items()):
+            copies = sum(max(free[n], 0) // largest for n in members)
             if copies >= inv.group_pods[g]:
                 roomy.append(f"{g} ({inv.group_pods[g]} pods of {largest} GPUs) while {d} has room for {copies}")
                 break
