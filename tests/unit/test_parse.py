@@ -867,7 +867,7 @@ def test_broken_object_does_not_prevent_the_others() -> None:
         queue("q2"),
         "not an object",
         pod_group("pg"),
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ml"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cm", "namespace": "ml"}},
         priority_class("train", 50),
     ]
     parsed = parse_objects(docs)
@@ -880,7 +880,7 @@ def test_broken_object_does_not_prevent_the_others() -> None:
         ("Pod ml/bad", "spec.containers[0].resources.requests.memory"),
         ("Queue q", "spec.resources.gpu.quota"),
         ("document 6", ""),
-        ("ConfigMap ml/cm", "kind"),
+        ("Secret ml/cm", "kind"),
     ]
 
 
@@ -906,7 +906,7 @@ def test_non_mapping_documents(doc: object) -> None:
 
 def test_unknown_kind_is_reported_and_ignored() -> None:
     docs = [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"}},
+        {"apiVersion": "apps/v1beta1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}},
         pod(),
     ]
@@ -916,6 +916,15 @@ def test_unknown_kind_is_reported_and_ignored() -> None:
         {"object": "Deployment ml/d", "field": "kind", "message": "unsupported kind Deployment (ignored)"},
         {"object": "Namespace ml", "field": "kind", "message": "unsupported kind Namespace (ignored)"},
     ]
+
+
+def test_workload_kinds_are_kept_with_their_spec() -> None:
+    docs = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"},
+             "spec": {"replicas": 2}}]
+    parsed = parse_objects(docs)
+    assert not parsed.errors
+    (w,) = parsed.workloads
+    assert (w.kind, w.group, w.meta.namespace, w.spec["replicas"]) == ("Deployment", "apps", "ml", 2)
 
 
 @pytest.mark.parametrize("kind", [DELETE, "", None, 5])

@@ -6,17 +6,21 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.actions.registry import build_actions, validate_actions
+from kaisched.cluster.workloads import expand_workloads
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.framework.session import Session
+from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.snapshot import SnapshotOptions, build_snapshot
 from kaisched.plugins.registry import build_plugins, validate_plugins
+from kaisched.podgrouper import group_pods, kind_defaults
 
 
 def resolve_config(config: SchedulerConfig | Mapping[str, Any] | None) -> SchedulerConfig:
@@ -53,7 +57,20 @@ def run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> 
         return _run_cycle(parsed, config, now)
 
 
+def prepare(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> ParsedObjects:
+    """The embedded cluster's controllers: workloads create their pods, the pod-grouper groups every pod."""
+    expanded = expand_workloads(parsed)
+    params = config.params
+    errors = list(expanded.errors)
+    defaults = kind_defaults(expanded, params.default_priorities_configmap_name,
+                             params.default_priorities_configmap_namespace, errors)
+    priority_classes = frozenset({*C.BUILTIN_PRIORITY_CLASSES, *(pc.meta.name for pc in expanded.priority_classes)})
+    return group_pods(replace(expanded, errors=errors), scheduler_name=params.scheduler_name,
+                      priority_classes=priority_classes, defaults=defaults, now=now)
+
+
 def _run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
+    parsed = prepare(parsed, config, now)
     snapshot = build_snapshot(
         parsed,
         now,

@@ -106,6 +106,9 @@ class SchedulerParams:
     scheduler_name: str = "kai-scheduler"
     update_pod_eviction_condition: bool = False
     restrict_node_scheduling: bool = False
+    # the pod-grouper's optional per-kind defaults (a ConfigMap whose "types" key lists them, spec 10.3)
+    default_priorities_configmap_name: str = ""
+    default_priorities_configmap_namespace: str = ""
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> SchedulerParams:
@@ -121,15 +124,18 @@ class SchedulerParams:
             "restrict-node-scheduling": ("restrict_node_scheduling", _parse_bool),
         }
         updates: dict[str, Any] = {}
+        strings = {"scheduler-name": "scheduler_name",
+                   "default-priorities-configmap-name": "default_priorities_configmap_name",
+                   "default-priorities-configmap-namespace": "default_priorities_configmap_namespace"}
         for key, value in raw.items():
-            if key == "scheduler-name":
-                if not isinstance(value, str) or not value:
-                    raise ConfigError("params.scheduler-name: expected a non-empty string")
-                updates["scheduler_name"] = value
+            if key in strings:
+                if not isinstance(value, str) or (key == "scheduler-name" and not value):
+                    raise ConfigError(f"params.{key}: expected a non-empty string")
+                updates[strings[key]] = value
                 continue
             entry = kinds.get(str(key))
             if entry is None:
-                known = ", ".join(sorted([*kinds, "scheduler-name"]))
+                known = ", ".join(sorted([*kinds, *strings]))
                 raise ConfigError(f"params.{key}: unknown scheduler parameter (known: {known})")
             attr, conv = entry
             updates[attr] = conv(value, str(key))

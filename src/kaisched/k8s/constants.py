@@ -38,6 +38,8 @@ USER_LABEL: Final = "user"
 # ------------------------------------------------------------------------ annotations set by users
 
 POD_GROUP_NAME_ANNOTATION: Final = "pod-group-name"
+# a pod the pod-grouper could not group points at this (never created) PodGroup, so it is not scheduled
+UNGROUPED_POD_GROUP_PREFIX: Final = "kaisched-ungrouped-"
 GPU_FRACTION_ANNOTATION: Final = "gpu-fraction"
 GPU_MEMORY_ANNOTATION: Final = "gpu-memory"  # MiB, positive integer
 GPU_FRACTION_NUM_DEVICES_ANNOTATION: Final = "gpu-fraction-num-devices"
@@ -134,3 +136,38 @@ QUEUE_MEMORY_UNIT_BYTES: Final = 1_000_000  # Queue memory quota/limit are in MB
 
 DEFAULT_MIN_MEMBER: Final = 1
 NO_SCHEDULING_BACKOFF: Final = -1
+
+# ------------------------------------------------------------------ workloads (spec 10.3), by kind
+# the apiVersions accepted for each workload kind the embedded cluster and the pod-grouper know
+WORKLOAD_KINDS: Final[dict[str, tuple[str, ...]]] = {
+    "Job": ("batch/v1",),
+    "CronJob": ("batch/v1",),
+    "Deployment": ("apps/v1",),
+    "ReplicaSet": ("apps/v1",),
+    "StatefulSet": ("apps/v1",),
+    "TFJob": ("kubeflow.org/v1",),
+    "PyTorchJob": ("kubeflow.org/v1",),
+    "XGBoostJob": ("kubeflow.org/v1",),
+    "JAXJob": ("kubeflow.org/v1",),
+    "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
+    "Notebook": ("kubeflow.org/v1", "kubeflow.org/v1beta1"),
+    "TrainJob": ("trainer.kubeflow.org/v1alpha1",),
+    "RayCluster": ("ray.io/v1", "ray.io/v1alpha1"),
+    "RayJob": ("ray.io/v1", "ray.io/v1alpha1"),
+    "RayService": ("ray.io/v1", "ray.io/v1alpha1"),
+    "Workflow": ("argoproj.io/v1alpha1",),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2",),
+    "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1",),
+    "Service": ("serving.knative.dev/v1",),  # Knative Service (a core v1 Service is not a workload)
+    "Revision": ("serving.knative.dev/v1",),
+    "Configuration": ("serving.knative.dev/v1",),
+    "PipelineRun": ("tekton.dev/v1",),
+    "TaskRun": ("tekton.dev/v1",),
+    "VirtualMachineInstance": ("kubevirt.io/v1",),
+    "VirtualMachine": ("kubevirt.io/v1",),
+    "SeldonDeployment": ("machinelearning.seldon.io/v1", "machinelearning.seldon.io/v1alpha2"),
+    "PodGang": ("scheduler.grove.io/v1alpha1",),
+    "PodCliqueSet": ("grove.io/v1alpha1",),
+    "PodGangSet": ("grove.io/v1alpha1",),
+    "ConfigMap": ("v1",),  # the pod-grouper's optional per-kind defaults
+}

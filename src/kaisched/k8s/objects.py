@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 # resource name -> amount in canonical units (cpu: millicores, memory: bytes, others: counts)
 ResourceList = Mapping[str, float]
@@ -282,7 +283,26 @@ class Topology:
     levels: tuple[str, ...]
 
 
-KubeObject = Node | Pod | Queue | PodGroup | PriorityClass | Topology
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """An object users submit instead of pods (Job, PyTorchJob, RayCluster, ...; spec 10.3), kept with its
+    ``spec`` and ``status`` as plain data: the pod-grouper and the embedded controllers read the fields
+    their kind has."""
+
+    meta: ObjectMeta
+    api_version: str
+    kind: str
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    status: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)  # ConfigMap data
+
+    @property
+    def group(self) -> str:
+        """The API group (``kubeflow.org``; "" for the core group)."""
+        return self.api_version.rpartition("/")[0]
+
+
+KubeObject = Node | Pod | Queue | PodGroup | PriorityClass | Topology | Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,4 +334,5 @@ class ParsedObjects:
     pod_groups: list[PodGroup] = field(default_factory=list)
     priority_classes: list[PriorityClass] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
     errors: list[ObjectError] = field(default_factory=list)

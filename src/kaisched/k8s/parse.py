@@ -53,6 +53,7 @@ from kaisched.k8s.objects import (
     Topology,
     TopologyConstraint,
     WeightedPodAffinityTerm,
+    Workload,
 )
 from kaisched.k8s.quantity import QuantityError, parse_duration, to_canonical
 
@@ -149,6 +150,8 @@ class _Parser:
             return
         info = _KINDS.get(kind)
         if info is None:
+            info = self._workload_kind(doc, kind)
+        if info is None:
             self._report_unsupported(doc, kind)
             return
         self._add_object(doc, kind, info, where, default_api_version)
@@ -166,6 +169,14 @@ class _Parser:
         item_api_version = api_version if isinstance(api_version, str) else ""
         for i, item in enumerate(items):
             self.add(item, f"{where}, items[{i}]", item_kind, item_api_version)
+
+    @staticmethod
+    def _workload_kind(doc: Mapping[str, Any], kind: str) -> _KindInfo | None:
+        versions = c.WORKLOAD_KINDS.get(kind)
+        api_version = doc.get("apiVersion")
+        if versions is None or api_version not in versions:
+            return None  # e.g. a core v1 Service, or a kind kaisched does not run
+        return _KindInfo(str(api_version), True, _parse_workload)
 
     def _report_unsupported(self, doc: Mapping[str, Any], kind: str) -> None:
         metadata = doc.get("metadata")
@@ -226,6 +237,8 @@ class _Parser:
             result.queues.append(obj)
         elif isinstance(obj, Topology):
             result.topologies.append(obj)
+        elif isinstance(obj, Workload):
+            result.workloads.append(obj)
         else:
             result.priority_classes.append(obj)
 
@@ -888,6 +901,31 @@ def _topology_constraint(ctx: _Ctx, value: object, path: str) -> TopologyConstra
         required_level=_str(ctx, constraint, "requiredTopologyLevel", path),
         preferred_level=_str(ctx, constraint, "preferredTopologyLevel", path),
     )
+
+
+# ---------------------------------------------------------------------------------------- workloads
+
+
+def _plain(value: object) -> Any:
+    """A deep copy of JSON-like data as plain dicts and lists (never shared with the caller's input)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _parse_workload(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> Workload:
+    kind = str(doc.get("kind"))
+    spec = doc.get("spec")
+    if spec is not None and not isinstance(spec, Mapping):
+        ctx.error("spec", f"expected a mapping, got {_type_name(spec)}")
+    status = doc.get("status")
+    data = doc.get("data")
+    return Workload(meta=meta, api_version=str(doc.get("apiVersion")), kind=kind,
+                    spec=_plain(spec) if isinstance(spec, Mapping) else {},
+                    status=_plain(status) if isinstance(status, Mapping) else {},
+                    data=_plain(data) if isinstance(data, Mapping) else {})
 
 
 # --------------------------------------------------------------------------------------- topologies

@@ -1,0 +1,60 @@
+"""The embedded cluster's workload controllers (spec 10; issue 6): a workload object given without its pods
+creates them, with the names, labels and owner references its real controller (Job controller, Training
+Operator, KubeRay, JobSet, LeaderWorkerSet, Argo, ...) would give them, so the pod-grouper can group them.
+
+A workload whose pods (or intermediate objects) are already in the input is left as it is: the input is a
+snapshot of a running cluster.
+"""
+
+from __future__ import annotations
+
+from kaisched.cluster.workloads import batch, kubeflow, others, ray
+from kaisched.cluster.workloads.base import ControllerFn, Emit
+from kaisched.k8s.objects import ParsedObjects, Workload
+from kaisched.k8s.parse import parse_objects
+
+CONTROLLERS: dict[tuple[str, str], ControllerFn] = {
+    **batch.CONTROLLERS, **kubeflow.CONTROLLERS, **ray.CONTROLLERS, **others.CONTROLLERS,
+}
+
+
+def _owned_uids(parsed: ParsedObjects) -> set[str]:
+    """uids (and namespace/kind/name keys) of objects that something in the input names as its owner."""
+    out: set[str] = set()
+    metas = [p.meta for p in parsed.pods] + [w.meta for w in parsed.workloads]
+    for meta in metas:
+        for ref in meta.owner_references:
+            out.add(ref.uid)
+            out.add(f"{meta.namespace}/{ref.kind}/{ref.name}")
+    return out
+
+
+def expand_workloads(parsed: ParsedObjects) -> ParsedObjects:
+    """The input plus the pods (and intermediate objects) of every workload given without them."""
+    owned = _owned_uids(parsed)
+    created: list[dict[str, object]] = []
+    errors = []
+    for w in sorted(parsed.workloads, key=lambda w: (w.meta.namespace, w.kind, w.meta.name)):
+        controller = CONTROLLERS.get((w.group, w.kind))
+        if controller is None or _materialised(w, owned):
+            continue
+        emit = Emit(w)
+        controller(w, emit)
+        errors.extend(emit.errors)
+        if not emit.errors:
+            created.extend(emit.objects)
+    if not created and not errors:
+        return parsed
+    more = parse_objects(created)
+    return ParsedObjects(
+        nodes=parsed.nodes, pods=[*parsed.pods, *more.pods], queues=parsed.queues, pod_groups=parsed.pod_groups,
+        priority_classes=parsed.priority_classes, topologies=parsed.topologies,
+        workloads=[*parsed.workloads, *more.workloads], errors=[*parsed.errors, *errors, *more.errors],
+    )
+
+
+def _materialised(w: Workload, owned: set[str]) -> bool:
+    return (bool(w.meta.uid) and w.meta.uid in owned) or f"{w.meta.namespace}/{w.kind}/{w.meta.name}" in owned
+
+
+__all__ = ["CONTROLLERS", "expand_workloads"]
