@@ -133,7 +133,8 @@ def plan_for(req: GroupRequest) -> PodGroupPlan | GrouperError:
     chain = req.chain
     top = req.top
     skipped: Owner | None = None
-    if (top.group, top.kind) in SKIP_TOP_OWNER and len(chain) >= 2:
+    if (top.group, top.kind) in SKIP_TOP_OWNER and chain:
+        # the next owner down groups the pod (the pod itself when the skipped kind owns it directly)
         skipped, req = top, GroupRequest(req.pod, chain[:-1], req.ctx)
     grouper = grouper_for(req.top.group, req.top.kind)
     plan = grouper(req) if grouper is not None else default_plan(req)
