@@ -59,7 +59,7 @@ def run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> 
 
 def prepare(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> ParsedObjects:
     """The embedded cluster's controllers: workloads create their pods, the pod-grouper groups every pod."""
-    expanded = expand_workloads(parsed)
+    expanded = expand_workloads(parsed, now)
     params = config.params
     errors = list(expanded.errors)
     defaults = kind_defaults(expanded, params.default_priorities_configmap_name,

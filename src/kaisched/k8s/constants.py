@@ -169,5 +169,7 @@ WORKLOAD_KINDS: Final[dict[str, tuple[str, ...]]] = {
     "PodGang": ("scheduler.grove.io/v1alpha1",),
     "PodCliqueSet": ("grove.io/v1alpha1",),
     "PodGangSet": ("grove.io/v1alpha1",),
+    "PodClique": ("grove.io/v1alpha1",),
+    "PodCliqueScalingGroup": ("grove.io/v1alpha1",),
     "ConfigMap": ("v1",),  # the pod-grouper's optional per-kind defaults
 }

@@ -97,6 +97,11 @@ class GroupContext:
     kind_defaults: Mapping[str, KindDefault] = field(default_factory=dict)  # "Kind.group" or "Kind" -> default
     # all pods (namespace, owner uid) -> pods, for groupers that look at a workload's other pods
     pods_by_owner: Mapping[tuple[str, str], Sequence[Pod]] = field(default_factory=dict)
+    # every workload of the input by (namespace, kind, name), for objects outside a pod's owner chain
+    workloads: Mapping[tuple[str, str, str], Workload] = field(default_factory=dict)
+
+    def workload(self, namespace: str, kind: str, name: str) -> Workload | None:
+        return self.workloads.get((namespace, kind, name))
 
     def pods_of(self, owner: Owner) -> Sequence[Pod]:
         return self.pods_by_owner.get((owner.namespace, owner.uid), ())

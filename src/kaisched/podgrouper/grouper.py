@@ -33,13 +33,16 @@ MAX_OWNER_DEPTH = 16
 
 
 class _Index:
-    def __init__(self, workloads: list[Workload]) -> None:
+    def __init__(self, workloads: list[Workload], pods: list[Pod]) -> None:
         self.by_uid: dict[str, Workload] = {}
         self.by_name: dict[tuple[str, str, str], Workload] = {}
         for w in workloads:
             if w.meta.uid:
                 self.by_uid.setdefault(w.meta.uid, w)
             self.by_name.setdefault((w.meta.namespace, w.kind, w.meta.name), w)
+        # pods can own objects too (a LeaderWorkerSet's worker StatefulSets are owned by the leader pod)
+        self.pods_by_uid: dict[str, Pod] = {p.meta.uid: p for p in pods if p.meta.uid}
+        self.pods_by_name: dict[tuple[str, str], Pod] = {(p.meta.namespace, p.meta.name): p for p in pods}
 
     def chain(self, pod: Pod) -> tuple[Owner, ...]:
         out: list[Owner] = []
@@ -48,15 +51,23 @@ class _Index:
         seen: set[str] = set()
         while refs and len(out) < MAX_OWNER_DEPTH:
             ref = next((r for r in refs if r.controller), refs[0])
-            w = self.by_uid.get(ref.uid) if ref.uid else None
-            if w is None:
-                w = self.by_name.get((namespace, ref.kind, ref.name))
-            owner = Owner.of_workload(w) if w is not None else Owner.of_reference(ref, namespace)
+            owner: Owner
+            if ref.kind == "Pod" and ref.api_version == "v1":
+                owning_pod = (self.pods_by_uid.get(ref.uid) if ref.uid else None) or \
+                    self.pods_by_name.get((namespace, ref.name))
+                owner = Owner.of_pod(owning_pod) if owning_pod is not None else Owner.of_reference(ref, namespace)
+                next_refs = owning_pod.meta.owner_references if owning_pod is not None else ()
+            else:
+                w = self.by_uid.get(ref.uid) if ref.uid else None
+                if w is None:
+                    w = self.by_name.get((namespace, ref.kind, ref.name))
+                owner = Owner.of_workload(w) if w is not None else Owner.of_reference(ref, namespace)
+                next_refs = w.meta.owner_references if w is not None else ()
             if owner.uid in seen:
                 break  # an ownership cycle: stop at the first repeat
             seen.add(owner.uid)
             out.append(owner)
-            refs = w.meta.owner_references if w is not None else ()
+            refs = next_refs
         return tuple(out)
 
 
@@ -93,14 +104,14 @@ def kind_defaults(parsed: ParsedObjects, name: str, namespace: str,
 def group_pods(parsed: ParsedObjects, *, scheduler_name: str, priority_classes: frozenset[str],
                defaults: Mapping[str, KindDefault], now: datetime) -> ParsedObjects:
     """The objects with every pod grouped: PodGroups added, pods annotated (never mutates ``parsed``)."""
-    index = _Index(parsed.workloads)
+    index = _Index(parsed.workloads, parsed.pods)
     errors = list(parsed.errors)
     pods_by_owner: dict[tuple[str, str], list[Pod]] = {}
     for pod in parsed.pods:
         for ref in pod.meta.owner_references:
             pods_by_owner.setdefault((pod.meta.namespace, ref.uid or f"{pod.meta.namespace}/{ref.name}"),
                                      []).append(pod)
-    ctx = GroupContext(priority_classes, defaults, pods_by_owner)
+    ctx = GroupContext(priority_classes, defaults, pods_by_owner, index.by_name)
     existing = {(pg.meta.namespace, pg.meta.name) for pg in parsed.pod_groups}
     planned: dict[tuple[str, str], PodGroup] = {}
     pods: list[Pod] = []
@@ -134,14 +145,31 @@ def plan_for(req: GroupRequest) -> PodGroupPlan | GrouperError:
     top = req.top
     skipped: Owner | None = None
     if (top.group, top.kind) in SKIP_TOP_OWNER and chain:
-        # the next owner down groups the pod (the pod itself when the skipped kind owns it directly)
-        skipped, req = top, GroupRequest(req.pod, chain[:-1], req.ctx)
+        # the next owner down groups the pod (the pod itself when the skipped kind owns it directly), with
+        # the skipped owner's labels and annotations under its own (so its queue and priority labels count)
+        skipped = top
+        rest = list(chain[:-1])
+        pod = req.pod
+        if rest:
+            rest[-1] = _with_metadata_of(rest[-1], skipped)
+        else:  # the pod is grouped by itself: it gets the skipped owner's labels
+            pod = replace(pod, meta=replace(pod.meta, labels={**skipped.labels, **pod.meta.labels}))
+        req = GroupRequest(pod, tuple(rest), req.ctx)
     grouper = grouper_for(req.top.group, req.top.kind)
     plan = grouper(req) if grouper is not None else default_plan(req)
     if skipped is not None and isinstance(plan, PodGroupPlan):
         plan.labels = {**skipped.labels, **plan.labels}
         plan.annotations = {**skipped.annotations, **plan.annotations}
     return plan
+
+
+def _with_metadata_of(owner: Owner, skipped: Owner) -> Owner:
+    w = owner.workload
+    if w is None:
+        return owner
+    meta = replace(w.meta, labels={**skipped.labels, **w.meta.labels},
+                   annotations={**skipped.annotations, **w.meta.annotations})
+    return replace(owner, workload=replace(w, meta=meta))
 
 
 def _annotated(pod: Pod, pod_group: str, subgroup: str) -> Pod:

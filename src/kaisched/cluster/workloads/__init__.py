@@ -8,10 +8,15 @@ snapshot of a running cluster.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime
+
 from kaisched.cluster.workloads import batch, kubeflow, others, ray
 from kaisched.cluster.workloads.base import ControllerFn, Emit
 from kaisched.k8s.objects import ParsedObjects, Workload
 from kaisched.k8s.parse import parse_objects
+
+MAX_ROUNDS = 8  # workload -> child workload -> ... (TrainJob -> JobSet -> Job -> Pod is the deepest)
 
 CONTROLLERS: dict[tuple[str, str], ControllerFn] = {
     **batch.CONTROLLERS, **kubeflow.CONTROLLERS, **ray.CONTROLLERS, **others.CONTROLLERS,
@@ -29,28 +34,34 @@ def _owned_uids(parsed: ParsedObjects) -> set[str]:
     return out
 
 
-def expand_workloads(parsed: ParsedObjects) -> ParsedObjects:
-    """The input plus the pods (and intermediate objects) of every workload given without them."""
+def expand_workloads(parsed: ParsedObjects, now: datetime | None = None) -> ParsedObjects:
+    """The input plus the pods (and intermediate objects) of every workload given without them; objects a
+    controller creates (a CronJob's Job, a TrainJob's JobSet) are expanded in turn."""
     owned = _owned_uids(parsed)
-    created: list[dict[str, object]] = []
-    errors = []
-    for w in sorted(parsed.workloads, key=lambda w: (w.meta.namespace, w.kind, w.meta.name)):
-        controller = CONTROLLERS.get((w.group, w.kind))
-        if controller is None or _materialised(w, owned):
-            continue
-        emit = Emit(w)
-        controller(w, emit)
-        errors.extend(emit.errors)
-        if not emit.errors:
-            created.extend(emit.objects)
-    if not created and not errors:
+    pods, workloads, errors = list(parsed.pods), list(parsed.workloads), list(parsed.errors)
+    todo = list(parsed.workloads)
+    for _ in range(MAX_ROUNDS):
+        created: list[dict[str, object]] = []
+        for w in sorted(todo, key=lambda w: (w.meta.namespace, w.kind, w.meta.name)):
+            controller = CONTROLLERS.get((w.group, w.kind))
+            if controller is None or _materialised(w, owned):
+                continue
+            emit = Emit(w, now)
+            controller(w, emit)
+            errors.extend(emit.errors)
+            if not emit.errors:
+                created.extend(emit.objects)
+        if not created:
+            break
+        more = parse_objects(created)
+        pods.extend(more.pods)
+        workloads.extend(more.workloads)
+        errors.extend(more.errors)
+        owned |= _owned_uids(more)
+        todo = list(more.workloads)
+    if len(pods) == len(parsed.pods) and len(errors) == len(parsed.errors) and len(workloads) == len(parsed.workloads):
         return parsed
-    more = parse_objects(created)
-    return ParsedObjects(
-        nodes=parsed.nodes, pods=[*parsed.pods, *more.pods], queues=parsed.queues, pod_groups=parsed.pod_groups,
-        priority_classes=parsed.priority_classes, topologies=parsed.topologies,
-        workloads=[*parsed.workloads, *more.workloads], errors=[*parsed.errors, *errors, *more.errors],
-    )
+    return replace(parsed, pods=pods, workloads=workloads, errors=errors)
 
 
 def _materialised(w: Workload, owned: set[str]) -> bool:

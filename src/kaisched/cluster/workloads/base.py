@@ -59,8 +59,9 @@ class Parent:
 class Emit:
     """Collects what one controller creates for one workload."""
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: Workload, now: datetime | None = None) -> None:
         self.workload = workload
+        self.now = now  # the cycle's time (a CronJob's schedule), None when unknown
         self.parent = Parent.of(workload)
         self.objects: list[Obj] = []
         self.errors: list[ObjectError] = []
@@ -102,8 +103,9 @@ class Emit:
         template = template if isinstance(template, Mapping) else {}
         tmeta = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
         assert isinstance(tmeta, Mapping)
-        pod_labels = {**(tmeta.get("labels") or {}), **(labels or {})}
-        pod_annotations = {**(tmeta.get("annotations") or {}), **(annotations or {})}
+        tlabels, tannotations = tmeta.get("labels"), tmeta.get("annotations")
+        pod_labels = {**(tlabels if isinstance(tlabels, Mapping) else {}), **(labels or {})}
+        pod_annotations = {**(tannotations if isinstance(tannotations, Mapping) else {}), **(annotations or {})}
         meta: Obj = {"name": name, "namespace": owner.namespace, "uid": child_uid(owner.uid, "Pod", name),
                      "ownerReferences": [owner.reference()]}
         if pod_labels:
@@ -112,7 +114,8 @@ class Emit:
             meta["annotations"] = pod_annotations
         if owner.creation is not None:
             meta["creationTimestamp"] = rfc3339(owner.creation)
-        spec = copy.deepcopy(dict(template.get("spec") or {}))
+        tspec = template.get("spec")
+        spec = copy.deepcopy(dict(tspec)) if isinstance(tspec, Mapping) else {}
         if hostname:
             spec.setdefault("hostname", hostname)
         obj: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
