@@ -18,6 +18,7 @@ run: $(STAMP)
 	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table --now 2026-01-01T02:00:00Z || test $$? -eq 1
 	$(BIN)/kaisched schedule -f examples/reclaim.yaml -o table --now 2026-01-01T02:00:00Z
 	$(BIN)/kaisched schedule -f examples/gpu-sharing.yaml -o table --now 2026-01-01T02:00:00Z
+	$(BIN)/kaisched simulate examples/simulation/three-teams.yaml -o sim-out
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -13,6 +13,7 @@ from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerPar
 from kaisched.framework.result import CycleResult
 from kaisched.k8s.loader import load_documents, load_objects
 from kaisched.k8s.objects import ObjectError, ParsedObjects
+from kaisched.sim import Scenario, ScenarioError, SimResult, SimulationError, simulate
 
 ACTIONS: tuple[str, ...] = tuple(_ACTIONS)
 
@@ -22,9 +23,14 @@ __all__ = [
     "CycleResult",
     "ObjectError",
     "ParsedObjects",
+    "Scenario",
+    "ScenarioError",
     "SchedulerConfig",
     "SchedulerParams",
+    "SimResult",
+    "SimulationError",
     "load_documents",
     "load_objects",
     "schedule",
+    "simulate",
 ]

@@ -8,6 +8,7 @@ import sys
 import click
 
 from kaisched.cli.schedule import schedule_command
+from kaisched.cli.simulate import simulate_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +18,7 @@ def cli() -> None:
 
 
 cli.add_command(schedule_command)
+cli.add_command(simulate_command)
 
 
 def main() -> None:

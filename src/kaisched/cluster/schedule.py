@@ -70,7 +70,12 @@ def prepare(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> Pa
 
 
 def _run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
-    parsed = prepare(parsed, config, now)
+    return run_prepared_cycle(prepare(parsed, config, now), config, now)
+
+
+def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
+    """One cycle on objects whose workloads are already expanded and whose pods are grouped (the
+    simulator prepares each arrival once, then runs cycle after cycle)."""
     snapshot = build_snapshot(
         parsed,
         now,

@@ -1,0 +1,298 @@
+"""The discrete-event simulator: the real scheduler on a simulated clock.
+
+Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priority, then insertion order):
+
+* **arrival**: a job's objects join the cluster; workload manifests are expanded by the embedded
+  controllers and grouped by the pod-grouper once, at arrival;
+* **completion**: a job that has run its whole gang for its duration finishes and leaves;
+* **cycle**: one scheduling cycle (all configured actions) every ``period``; binds start pods at once,
+  evicted pods go back to pending (their controller recreates them) and the work the job had done since it
+  last started is counted as lost; a pipelined placement is not kept (as in KAI), the pod is placed again
+  once the resources are free. Cycles where nothing changed are skipped: the next one runs at the next
+  event, or after 10 periods while jobs wait (min-runtime and stale-gang grace periods expire with time).
+
+A job starts when every PodGroup of it has its minimum of running pods, and completes ``duration`` later if
+nothing broke its gang meanwhile. The same scenario always gives the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
+from kaisched.framework.config import SchedulerConfig
+from kaisched.framework.result import CycleResult
+from kaisched.k8s import constants as C
+from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod, PodGroup
+from kaisched.k8s.parse import parse_objects
+from kaisched.sim.metrics import summarize
+from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario, SimResult
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0
+ARRIVAL, COMPLETION, CYCLE = 0, 1, 2  # event priorities at equal times: arrivals first, cycle last
+IDLE_CYCLES = 10  # while nothing changes but jobs wait, a cycle every 10 periods
+
+Progress = Callable[[float, str], None]
+
+
+class SimulationError(ValueError):
+    """A scenario that cannot be simulated (its objects have errors); the message lists them."""
+
+
+@dataclass(slots=True)
+class _Job:
+    record: JobRecord
+    pods: list[str] = field(default_factory=list)  # pod keys
+    groups: list[str] = field(default_factory=list)  # PodGroup keys
+    run_start: float | None = None
+    run: int = 0  # bumped on every (re)start, so stale completions are ignored
+    done: bool = False
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _ts(t: float) -> str:
+    return (EPOCH + timedelta(seconds=t)).isoformat().replace("+00:00", "Z")
+
+
+class Simulator:
+    def __init__(self, scenario: Scenario, *, progress: Progress | None = None) -> None:
+        self.scenario = scenario
+        self.config: SchedulerConfig = resolve_config(scenario.config)
+        static = parse_objects(scenario.cluster)
+        if static.errors:
+            raise SimulationError("the cluster has errors:\n" + "\n".join(f"  {e}" for e in static.errors))
+        self.static = static
+        self.progress = progress
+        self.pods: dict[str, Pod] = {}
+        self.groups: dict[str, PodGroup] = {}
+        self.jobs: dict[str, _Job] = {}
+        self.job_of_pod: dict[str, _Job] = {}
+        self.job_of_group: dict[str, _Job] = {}
+        self.errors: list[ObjectError] = []
+        self.samples: list[Sample] = []
+        self.heap: list[tuple[float, int, int, int, object]] = []
+        self.seq = itertools.count()
+        self.dirty = True
+        self.cycles = 0
+
+    # ---- events ------------------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        heapq.heappush(self.heap, (t, kind, next(self.seq), kind, payload))
+
+    def run(self) -> SimResult:
+        wall = time.perf_counter()
+        scenario = self.scenario
+        for a in sorted(scenario.arrivals, key=lambda a: (a.time, a.name)):
+            self._push(a.time, ARRIVAL, a)
+        self._push(0.0, CYCLE, None)
+        until = scenario.until if scenario.until is not None else math.inf
+        last = 0.0
+        total = len(scenario.arrivals)
+        arrived = 0
+        while self.heap:
+            t, _, _, kind, payload = heapq.heappop(self.heap)
+            if t > until:
+                break
+            last = t
+            if kind == ARRIVAL:
+                assert isinstance(payload, Arrival)
+                self._arrive(payload, t)
+                arrived += 1
+                if self.progress is not None:
+                    self.progress(arrived / total if total else 1.0, f"t={t / 3600:.1f}h")
+            elif kind == COMPLETION:
+                assert isinstance(payload, tuple)
+                self._complete(payload[0], payload[1], t)
+            else:
+                self._cycle(t)
+        end = min(last, until) if until != math.inf else last
+        records = [j.record for j in self.jobs.values()]
+        summary = summarize(self.samples, records, end, self.cycles, time.perf_counter() - wall)
+        return SimResult(scenario.name, self.samples, records, summary, scenario.config)
+
+    def _more_events(self) -> bool:
+        return any(kind != CYCLE for _, _, _, kind, _ in self.heap)
+
+    # ---- arrivals and completions ---------------------------------------------------------------------
+    def _arrive(self, a: Arrival, t: float) -> None:
+        now = EPOCH + timedelta(seconds=t)
+        parsed = parse_objects([_with_creation(o, now) for o in a.objects])
+        parsed = replace(parsed, priority_classes=self.static.priority_classes)
+        prepared = prepare(parsed, self.config, now)
+        self.errors.extend(prepared.errors)
+        job = _Job(JobRecord(a.name, a.queue, a.gpus, a.time, a.duration))
+        ours = [p for p in prepared.pods if p.scheduler_name == self.config.params.scheduler_name]
+        for pod in ours:
+            key = _key(pod.meta.namespace, pod.meta.name)
+            self.pods[key] = pod
+            self.job_of_pod[key] = job
+            job.pods.append(key)
+        for pg in prepared.pod_groups:
+            key = _key(pg.meta.namespace, pg.meta.name)
+            self.groups[key] = pg
+            self.job_of_group[key] = job
+            job.groups.append(key)
+        if not job.record.gpus:
+            job.record.gpus = sum(_pod_gpus(p) for p in ours)
+        self.jobs[f"{a.name}#{len(self.jobs)}"] = job
+        self.dirty = True
+
+    def _complete(self, job: _Job, run: int, t: float) -> None:
+        if job.done or run != job.run:
+            return  # the run this completion belonged to was broken by an eviction
+        job.done = True
+        job.record.end = t
+        for key in job.pods:
+            self.pods.pop(key, None)
+        for key in job.groups:
+            self.groups.pop(key, None)
+        self.dirty = True
+
+    # ---- cycles --------------------------------------------------------------------------------------------
+    def _cycle(self, t: float) -> None:
+        pending = any(not j.done and j.run_start is None for j in self.jobs.values())
+        if self.dirty or (pending and self._idle_due(t)):
+            self._run_cycle(t)
+        period = self.scenario.period
+        if self.dirty:
+            self._push(t + period, CYCLE, None)
+        elif self._more_events() or pending:
+            nxt = min((e[0] for e in self.heap if e[3] != CYCLE), default=math.inf)
+            idle = t + period * IDLE_CYCLES if pending else math.inf
+            when = min(nxt, idle)
+            if when != math.inf:
+                # on the period grid, after the next event
+                steps = max(1, math.ceil((when - t) / period - 1e-9))
+                self._push(t + steps * period, CYCLE, None)
+
+    def _idle_due(self, t: float) -> bool:
+        last = self.samples[-1].time if self.samples else -math.inf
+        return t - last >= self.scenario.period * IDLE_CYCLES - 1e-9
+
+    def _run_cycle(self, t: float) -> None:
+        now = EPOCH + timedelta(seconds=t)
+        parsed = ParsedObjects(nodes=self.static.nodes, pods=list(self.pods.values()), queues=self.static.queues,
+                               pod_groups=list(self.groups.values()), priority_classes=self.static.priority_classes,
+                               topologies=self.static.topologies)
+        result = run_prepared_cycle(parsed, self.config, now)
+        self.cycles += 1
+        changed = bool(result.binds or result.evictions)
+        self._apply(result, t)
+        self._update_jobs(t)
+        self.samples.append(self._sample(result, t))
+        self.dirty = changed
+
+    def _apply(self, result: CycleResult, t: float) -> None:
+        for b in result.binds:
+            pod = self.pods.get(b.pod)
+            if pod is None:
+                continue
+            labels = dict(pod.meta.labels)
+            if len(b.gpu_groups) == 1:
+                labels[C.GPU_GROUP_LABEL] = b.gpu_groups[0]
+            else:
+                for g in b.gpu_groups:
+                    labels[f"{C.GPU_GROUP_LABEL}/{g}"] = g
+            self.pods[b.pod] = replace(pod, node_name=b.node, phase="Running",
+                                       meta=replace(pod.meta, labels=labels))
+        for e in result.evictions:
+            pod = self.pods.get(e.pod)
+            if pod is None:
+                continue
+            labels = {k: v for k, v in pod.meta.labels.items() if not k.startswith(C.GPU_GROUP_LABEL)}
+            self.pods[e.pod] = replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels))
+            job = self.job_of_pod.get(e.pod)
+            if job is not None and job.run_start is not None:
+                job.record.evictions += 1
+                job.record.lost_gpu_seconds += (t - job.run_start) * job.record.gpus
+                job.run_start = None
+                job.run += 1
+        for status in result.pod_groups:
+            pg = self.groups.get(status.name)
+            if pg is None:
+                continue
+            ann = dict(pg.meta.annotations)
+            for key, value in ((C.LAST_START_TIMESTAMP_ANNOTATION, status.last_start),
+                               (C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, status.stale_since)):
+                if value:
+                    ann[key] = value
+                else:
+                    ann.pop(key, None)
+            if ann != pg.meta.annotations:
+                self.groups[status.name] = replace(pg, meta=replace(pg.meta, annotations=ann))
+
+    def _update_jobs(self, t: float) -> None:
+        running: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.node_name:
+                group = pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION, "")
+                gkey = _key(pod.meta.namespace, group)
+                running[gkey] = running.get(gkey, 0) + 1
+        for job in self.jobs.values():
+            if job.done or job.run_start is not None or not job.groups:
+                continue
+            if all(running.get(g, 0) >= max(self.groups[g].min_member, 1) for g in job.groups if g in self.groups):
+                job.run_start = t
+                job.run += 1
+                if job.record.start is None:
+                    job.record.start = t
+                if job.record.duration != math.inf:
+                    self._push(t + job.record.duration, COMPLETION, (job, job.run))
+
+    def _sample(self, result: CycleResult, t: float) -> Sample:
+        total = sum(n.gpus for n in result.nodes)
+        idle = sum(max(n.idle, 0.0) for n in result.nodes)
+        fractional = sum(s.used_mib / s.memory_mib for n in result.nodes for s in n.shared if s.memory_mib > 0)
+        partial_idle = sum(max(n.idle, 0.0) for n in result.nodes if n.gpus - n.idle - n.releasing > 1e-9)
+        parents = {q.parent for q in result.queues if q.parent}
+        queues = {q.name: QueueSample(q.allocated.get("gpu", 0.0), q.fair_share.get("gpu", 0.0),
+                                      q.deserved.get("gpu", 0.0), q.request.get("gpu", 0.0))
+                  for q in result.queues}
+        allocated = sum(q.allocated.get("gpu", 0.0) for q in result.queues if q.parent is None)
+        if not result.queues:
+            allocated = total - idle
+        active = [j for j in self.jobs.values() if not j.done]
+        return Sample(
+            time=t, gpus_total=total, gpus_allocated=allocated, gpus_fractional=fractional, idle_gpus=idle,
+            fragmentation=partial_idle / idle if idle > 0 else 0.0,
+            pending_jobs=sum(1 for j in active if j.run_start is None),
+            running_jobs=sum(1 for j in active if j.run_start is not None),
+            queues={k: v for k, v in queues.items() if k not in parents},
+        )
+
+
+def _pod_gpus(pod: Pod) -> float:
+    ann = pod.meta.annotations
+    try:
+        devices = int(ann.get(C.GPU_FRACTION_NUM_DEVICES_ANNOTATION, "1"))
+    except ValueError:
+        devices = 1
+    if C.GPU_FRACTION_ANNOTATION in ann:
+        try:
+            return float(ann[C.GPU_FRACTION_ANNOTATION]) * devices
+        except ValueError:
+            return 0.0
+    req = pod.requests
+    return float(req.get(C.GPU_RESOURCE, 0.0) + req.get(C.AMD_GPU_RESOURCE, 0.0))
+
+
+def _with_creation(obj: dict[str, object], now: datetime) -> dict[str, object]:
+    """The object created at ``now`` (the simulated arrival time), unless it says otherwise."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "creationTimestamp" in meta:
+        return obj
+    return {**obj, "metadata": {**meta, "creationTimestamp": now.isoformat().replace("+00:00", "Z")}}
+
+
+def simulate(scenario: Scenario, *, progress: Progress | None = None) -> SimResult:
+    """Run a scenario to its end (or its ``until``) and return what it measured."""
+    return Simulator(scenario, progress=progress).run()

@@ -1,0 +1,74 @@
+"""Totals of a simulation run (``Summary``): time-weighted means over the cycle samples, and statistics of the
+jobs' waiting and completion times.
+
+* GPU allocation: allocated / total GPUs, time-weighted (each sample holds until the next one).
+* Fragmentation: the share of idle whole GPUs that sit on nodes already partly used (an idle GPU on an
+  empty node can take any job; one on a busy node only what fits next to the others).
+* Jain's fairness index over the leaf queues with a fair share, of ``allocated / fair share`` (capped at
+  1: a queue above its fair share is not "more fair"), time-weighted; 1 is perfectly fair.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kaisched.sim.model import JobRecord, Sample, Stats, Summary
+
+
+def stats(values: list[float]) -> Stats:
+    if not values:
+        return Stats(0, math.nan, math.nan, math.nan, math.nan)
+    arr = np.array(values, dtype=np.float64)
+    p50, p95, p99 = (float(x) for x in np.percentile(arr, [50, 95, 99]))
+    return Stats(len(values), float(arr.mean()), p50, p95, p99)
+
+
+def jain(sample: Sample) -> float | None:
+    xs = [min(q.allocated / q.fair_share, 1.0) for q in sample.queues.values() if q.fair_share > 1e-9]
+    if not xs:
+        return None
+    total = sum(xs)
+    squares = sum(x * x for x in xs)
+    return 1.0 if squares == 0 else total * total / (len(xs) * squares)
+
+
+def _weights(samples: list[Sample], end: float) -> list[float]:
+    out: list[float] = []
+    for i, s in enumerate(samples):
+        nxt = samples[i + 1].time if i + 1 < len(samples) else max(end, s.time)
+        out.append(max(nxt - s.time, 0.0))
+    if samples and sum(out) == 0:
+        out = [1.0] * len(samples)
+    return out
+
+
+def _weighted(values: list[float | None], weights: list[float]) -> float:
+    pairs = [(v, w) for v, w in zip(values, weights, strict=True) if v is not None]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total > 0 else math.nan
+
+
+def summarize(samples: list[Sample], jobs: list[JobRecord], end: float, cycles: int, wall: float) -> Summary:
+    weights = _weights(samples, end)
+    alloc = [s.gpus_allocated / s.gpus_total if s.gpus_total > 0 else None for s in samples]
+    frac = [s.gpus_fractional / s.gpus_total if s.gpus_total > 0 else None for s in samples]
+    frag = [s.fragmentation if s.idle_gpus > 0 else None for s in samples]
+    ends = [j.end for j in jobs if j.end is not None]
+    return Summary(
+        jobs=len(jobs),
+        completed=len(ends),
+        never_started=sum(1 for j in jobs if j.start is None),
+        makespan=max(ends) if ends else end,
+        gpu_allocation_mean=_weighted(alloc, weights),
+        fractional_allocation_mean=_weighted(frac, weights),
+        wait=stats([w for j in jobs if (w := j.wait) is not None]),
+        jct=stats([c for j in jobs if (c := j.jct) is not None]),
+        evictions=sum(j.evictions for j in jobs),
+        gpu_hours_lost=sum(j.lost_gpu_seconds for j in jobs) / 3600.0,
+        fragmentation_mean=_weighted(frag, weights),
+        jain_fairness=_weighted([jain(s) for s in samples], weights),
+        cycles=cycles,
+        wall_seconds=wall,
+    )

@@ -1,0 +1,124 @@
+"""The simulator's data: what a scenario says, and what a run measures.
+
+A :class:`Scenario` is the cluster (Kubernetes objects: nodes, queues, priority classes, topologies), the
+scheduler configuration, the scheduling period and the workload: :class:`Arrival` s, each a set of
+Kubernetes objects (a workload manifest, or the PodGroup and pods of a compact job spec) arriving at a
+simulated time with a run duration.
+
+A :class:`SimResult` is everything a run measured: one :class:`Sample` per scheduling cycle (cluster GPU
+allocation, per-queue allocation / fair share / deserved), one :class:`JobRecord` per job (arrival, start,
+end, evictions), and the totals of :class:`Summary`. Times are seconds from the start of the simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """Objects that arrive together (one job): a workload manifest or a PodGroup with its pods."""
+
+    time: float  # seconds from the start
+    name: str  # the job's name in the metrics (the workload's or PodGroup's namespace/name)
+    queue: str
+    objects: tuple[Obj, ...]
+    duration: float  # run time once the whole gang runs; inf = never completes by itself
+    gpus: float = 0.0  # GPUs the job asks for (for the metrics)
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    cluster: list[Obj]  # nodes, queues, priority classes, topologies (Kubernetes objects)
+    arrivals: list[Arrival]
+    config: Obj | None = None  # KAI-format scheduler configuration (None: KAI's defaults)
+    period: float = 10.0  # seconds between scheduling cycles
+    until: float | None = None  # stop the simulation at this time (default: when everything finished)
+    seed: int = 0
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    allocated: float  # GPUs (fractions counted as such)
+    fair_share: float
+    deserved: float  # -1 = unlimited
+    requested: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster after one scheduling cycle."""
+
+    time: float
+    gpus_total: float
+    gpus_allocated: float  # whole and fractional GPUs held by running pods
+    gpus_fractional: float  # of which held by shared (fractional / gpu-memory) pods
+    idle_gpus: float  # whole GPUs nobody holds
+    fragmentation: float  # share of the idle whole GPUs that sit on nodes already partly used (0..1)
+    pending_jobs: int
+    running_jobs: int
+    queues: dict[str, QueueSample] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobRecord:
+    name: str
+    queue: str
+    gpus: float
+    arrival: float
+    duration: float
+    start: float | None = None  # first time the whole gang ran
+    end: float | None = None  # completion
+    evictions: int = 0  # times the job lost its gang to an eviction
+    lost_gpu_seconds: float = 0.0  # work thrown away by evictions (GPUs x seconds run before)
+
+    @property
+    def wait(self) -> float | None:
+        """Queueing delay: from arrival to the first start."""
+        return None if self.start is None else self.start - self.arrival
+
+    @property
+    def jct(self) -> float | None:
+        """Job completion time: from arrival to the end."""
+        return None if self.end is None else self.end - self.arrival
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    count: int
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+
+
+@dataclass(slots=True)
+class Summary:
+    jobs: int
+    completed: int
+    never_started: int
+    makespan: float  # last completion (or the end of the simulation)
+    gpu_allocation_mean: float  # time-weighted share of GPUs allocated (0..1)
+    fractional_allocation_mean: float  # of which fractional
+    wait: Stats
+    jct: Stats
+    evictions: int
+    gpu_hours_lost: float
+    fragmentation_mean: float
+    jain_fairness: float  # time-weighted Jain index over queues of allocated / fair share
+    cycles: int
+    wall_seconds: float
+
+
+@dataclass(slots=True)
+class SimResult:
+    scenario: str
+    samples: list[Sample]
+    jobs: list[JobRecord]
+    summary: Summary
+    config: Obj | None = None
