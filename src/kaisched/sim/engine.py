@@ -9,7 +9,9 @@ Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priorit
   evicted pods go back to pending (their controller recreates them) and the work the job had done since it
   last started is counted as lost; a pipelined placement is not kept (as in KAI), the pod is placed again
   once the resources are free. Cycles where nothing changed are skipped: the next one runs at the next
-  event, or after 10 periods while jobs wait (min-runtime and stale-gang grace periods expire with time).
+  event, or after 10 periods while jobs wait (min-runtime and stale-gang grace periods expire with time);
+  when nothing is left to arrive or finish and 6 such idle cycles changed nothing, the run ends (the jobs
+  still waiting are reported as never started).
 
 A job starts when every PodGroup of it has its minimum of running pods, and completes ``duration`` later if
 nothing broke its gang meanwhile. The same scenario always gives the same result.
@@ -37,6 +39,7 @@ from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0
 ARRIVAL, COMPLETION, CYCLE = 0, 1, 2  # event priorities at equal times: arrivals first, cycle last
 IDLE_CYCLES = 10  # while nothing changes but jobs wait, a cycle every 10 periods
+MAX_IDLE_CYCLES = 6  # with nothing left to arrive or finish, stop after this many idle cycles
 
 Progress = Callable[[float, str], None]
 
@@ -83,6 +86,7 @@ class Simulator:
         self.seq = itertools.count()
         self.dirty = True
         self.cycles = 0
+        self.idle_cycles = 0
 
     # ---- events ------------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -163,9 +167,15 @@ class Simulator:
         if self.dirty or (pending and self._idle_due(t)):
             self._run_cycle(t)
         period = self.scenario.period
+        more = self._more_events()
         if self.dirty:
+            self.idle_cycles = 0
             self._push(t + period, CYCLE, None)
-        elif self._more_events() or pending:
+        elif not more and self.idle_cycles >= MAX_IDLE_CYCLES:
+            return  # nothing will arrive or finish, and waiting jobs have not moved for a long time: stop
+        elif more or pending:
+            if not more:
+                self.idle_cycles += 1
             nxt = min((e[0] for e in self.heap if e[3] != CYCLE), default=math.inf)
             idle = t + period * IDLE_CYCLES if pending else math.inf
             when = min(nxt, idle)
