@@ -124,3 +124,10 @@ def test_the_bundled_example_loads() -> None:
     sc = kaisched.sim.load_scenario(path)
     assert len([o for o in sc.cluster if o["kind"] == "Node"]) == 64
     assert len(sc.arrivals) > 500
+
+
+def test_a_job_that_can_never_run_does_not_keep_the_simulation_going() -> None:
+    sc = Scenario("stuck", [node("n1", 1), queue("q")], [arrival(0, "big", 1, 4, 100)], period=10)
+    result = simulate(sc)
+    assert result.summary.never_started == 1
+    assert result.summary.cycles <= 8  # the first cycle, then a few idle ones 10 periods apart
