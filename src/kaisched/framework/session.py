@@ -257,19 +257,26 @@ class Session:
         """How each GPU node's devices are used after the cycle's decisions."""
         nodes = self.nodes
         out: list[NodeGpuStatus] = []
+        gpus = nodes.allocatable[GPU].tolist()
+        idle = nodes.idle[GPU].tolist()
+        releasing = nodes.releasing[GPU].tolist()
+        groups_of = nodes.shared.groups
         for j, name in enumerate(nodes.names):
-            total = float(nodes.allocatable[GPU, j])
-            if total <= 0 and not nodes.shared.groups[j]:
+            groups = groups_of[j]
+            total = gpus[j]
+            if total <= 0 and not groups:
+                continue
+            info = nodes.infos[j]
+            if not info.tasks and not groups:
+                out.append(NodeGpuStatus(name, total, idle[j], releasing[j], (), ()))
                 continue
             mem = float(nodes.shared.mem[j])
-            info = nodes.infos[j]
             shared = []
-            for grp in sorted(nodes.shared.groups[j].values(), key=lambda g: g.name):
+            for grp in sorted(groups.values(), key=lambda g: g.name):
                 pods = tuple(sorted(info.tasks[uid].key for uid in grp.members if uid in info.tasks))
                 shared.append(SharedGpuStatus(grp.name, mem, grp.used, grp.releasing, pods))
             whole = tuple(sorted(t.key for t in info.tasks.values() if t.req[GPU] > 0))
-            out.append(NodeGpuStatus(name, total, float(nodes.idle[GPU, j]), float(nodes.releasing[GPU, j]),
-                                     whole, tuple(shared)))
+            out.append(NodeGpuStatus(name, total, idle[j], releasing[j], whole, tuple(shared)))
         return out
 
     def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str]) -> PodGroupStatus | None:

@@ -62,6 +62,11 @@ class NodeInfo:
     def ready(self) -> bool:
         return self.condition_error is None
 
+    def fresh(self) -> NodeInfo:
+        """A copy without tasks (the static part of a node, shared between cycles)."""
+        return NodeInfo(self.index, self.name, self.labels, self.taints, self.unschedulable, self.condition_error,
+                        self.gpu_memory_mib, self.mig_strategy, self.mig_enabled)
+
 
 def node_condition_error(node: Node) -> str | None:
     """KAI's node-condition check: the fit-error text, or None when the node may take pods."""
@@ -80,46 +85,30 @@ class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
     __slots__ = ("allocatable", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
-                 "resources", "schedulable", "shared", "version")
+                 "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None) -> None:
-        order = sorted(range(len(nodes)), key=lambda i: nodes[i].meta.name)
+        static = _static_nodes(nodes, resources, gpu_memory, gpu_memory_synced)
         self.resources = resources
-        self.names: list[str] = [nodes[i].meta.name for i in order]
-        self.by_name: dict[str, int] = {n: i for i, n in enumerate(self.names)}
-        r, n = len(resources), len(order)
-        self.allocatable: Vector = np.zeros((r, n), dtype=np.float64)
-        self.infos: list[NodeInfo] = []
-        self.gpu_capacity: Vector = np.zeros(n, dtype=np.float64)  # GPUs for queues: devices + MIG g-slices
-        for j, i in enumerate(order):
-            node = nodes[i]
-            self.allocatable[:, j] = resources.vector(node.allocatable)
-            mig = sum(mig_gpus(name) * value for name, value in node.allocatable.items()
-                      if name.startswith(C.MIG_RESOURCE_PREFIX))
-            self.gpu_capacity[j] = self.allocatable[GPU, j] + mig
-            labels = node.meta.labels
-            strategy = labels.get(C.MIG_STRATEGY_NODE_LABEL, "")
-            self.infos.append(
-                NodeInfo(
-                    index=j,
-                    name=node.meta.name,
-                    labels=node.meta.labels,
-                    taints=node.taints,
-                    unschedulable=node.unschedulable,
-                    condition_error=node_condition_error(node),
-                    gpu_memory_mib=gpu_memory[i],
-                    mig_strategy=strategy if strategy in ("single", "mixed") else "",
-                    mig_enabled=labels.get(C.MIG_ENABLED_NODE_LABEL, "").lower() == "true" or mig > 0
-                    or strategy in ("single", "mixed"),
-                )
-            )
-        self.idle: Vector = self.allocatable.copy()
+        self.names = static.names
+        self.by_name = static.by_name
+        self.allocatable = static.allocatable
+        self.gpu_capacity = static.gpu_capacity
+        self.schedulable = static.schedulable
+        # the per-node objects are shared with earlier tables of the same nodes: the nodes an earlier table
+        # put tasks on are emptied (a table is only valid until the next one is built from the same nodes)
+        for j in static.touched:
+            info = static.infos[j]
+            info.tasks = {}
+            info.host_ports = {}
+        static.touched.clear()
+        self.touched = static.touched
+        self.infos: list[NodeInfo] = static.infos
+        self.idle: Vector = static.allocatable.copy()
+        r, n = static.allocatable.shape
         self.releasing: Vector = np.zeros((r, n), dtype=np.float64)
-        self.schedulable: BoolArray = np.array([info.ready for info in self.infos], dtype=np.bool_)
-        synced = gpu_memory_synced if gpu_memory_synced is not None else [True] * len(nodes)
-        self.shared = SharedGpus(self.names, np.array([float(gpu_memory[i]) for i in order], dtype=np.float64),
-                                 np.array([bool(synced[i]) for i in order], dtype=np.bool_))
+        self.shared = SharedGpus(self.names, static.gpu_memory, static.synced)
         self.legacy_mig: IntArray = np.zeros(n, dtype=np.int64)  # running legacy MIG pods per node
         self.version = 0  # bumped by every change of the accounting (a cache key for fit results)
 
@@ -145,6 +134,7 @@ class NodeTable:
         if task.legacy_mig:
             self.legacy_mig[node] += 1
         info = self.infos[node]
+        self.touched.add(node)
         info.tasks[task.uid] = task
         for port in task.host_ports:
             info.host_ports[port] = info.host_ports.get(port, 0) + 1
@@ -259,3 +249,66 @@ class NodeTable:
             free_idle = free_all = 0
         return self.shared.choose(task, node, free_idle, free_all - free_idle, slots, order_fns,
                                   prefer_immediate=not pipeline_only)
+
+
+@dataclass(slots=True)
+class _StaticNodes:
+    """What a NodeTable computes from the Node objects alone (never changed by a cycle)."""
+
+    nodes: Sequence[Node]
+    key: tuple[object, ...]
+    names: list[str]
+    by_name: dict[str, int]
+    allocatable: Vector
+    gpu_capacity: Vector
+    schedulable: BoolArray
+    infos: list[NodeInfo]
+    gpu_memory: Vector
+    synced: BoolArray
+    touched: set[int] = field(default_factory=set)  # nodes the latest table put tasks on
+
+
+# the last few node sets: a caller that schedules the same Node objects cycle after cycle (the simulator)
+# builds their static part once
+_STATIC_CACHE: list[_StaticNodes] = []
+_STATIC_CACHE_SIZE = 4
+
+
+def _static_nodes(nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
+                  gpu_memory_synced: Sequence[bool] | None) -> _StaticNodes:
+    key = (tuple(resources.names), tuple(gpu_memory), None if gpu_memory_synced is None else tuple(gpu_memory_synced))
+    for entry in _STATIC_CACHE:
+        if entry.nodes is nodes and entry.key == key:
+            return entry
+    order = sorted(range(len(nodes)), key=lambda i: nodes[i].meta.name)
+    names = [nodes[i].meta.name for i in order]
+    r, n = len(resources), len(order)
+    allocatable: Vector = np.zeros((r, n), dtype=np.float64)
+    gpu_capacity: Vector = np.zeros(n, dtype=np.float64)  # GPUs for queues: devices + MIG g-slices
+    infos: list[NodeInfo] = []
+    for j, i in enumerate(order):
+        node = nodes[i]
+        allocatable[:, j] = resources.vector(node.allocatable)
+        mig = sum(mig_gpus(name) * value for name, value in node.allocatable.items()
+                  if name.startswith(C.MIG_RESOURCE_PREFIX))
+        gpu_capacity[j] = allocatable[GPU, j] + mig
+        labels = node.meta.labels
+        strategy = labels.get(C.MIG_STRATEGY_NODE_LABEL, "")
+        infos.append(NodeInfo(
+            index=j, name=node.meta.name, labels=node.meta.labels, taints=node.taints,
+            unschedulable=node.unschedulable, condition_error=node_condition_error(node),
+            gpu_memory_mib=gpu_memory[i], mig_strategy=strategy if strategy in ("single", "mixed") else "",
+            mig_enabled=labels.get(C.MIG_ENABLED_NODE_LABEL, "").lower() == "true" or mig > 0
+            or strategy in ("single", "mixed"),
+        ))
+    synced = gpu_memory_synced if gpu_memory_synced is not None else [True] * len(nodes)
+    entry = _StaticNodes(
+        nodes=nodes, key=key, names=names, by_name={name: i for i, name in enumerate(names)},
+        allocatable=allocatable, gpu_capacity=gpu_capacity,
+        schedulable=np.array([info.ready for info in infos], dtype=np.bool_), infos=infos,
+        gpu_memory=np.array([float(gpu_memory[i]) for i in order], dtype=np.float64),
+        synced=np.array([bool(synced[i]) for i in order], dtype=np.bool_),
+    )
+    _STATIC_CACHE.insert(0, entry)
+    del _STATIC_CACHE[_STATIC_CACHE_SIZE:]
+    return entry

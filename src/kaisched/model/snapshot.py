@@ -15,6 +15,7 @@ import numpy as np
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import (
+    Node,
     ObjectError,
     ObjectMeta,
     ParsedObjects,
@@ -271,6 +272,28 @@ def _is_reservation_pod(pod: Pod) -> bool:
 
 
 # --------------------------------------------------------------------------------------- builder
+_NodeFacts = tuple[frozenset[str], list[float], list[bool], float]
+_NODE_FACTS: list[tuple[list[Node], _NodeFacts]] = []  # the last node lists seen (the simulator reuses one)
+
+
+def _node_facts(nodes: list[Node]) -> _NodeFacts:
+    """Extended resources the nodes offer, MiB per GPU and whether it is known, the smallest real GPU memory
+    (computed once per list of Node objects)."""
+    for seen, facts in _NODE_FACTS:
+        if seen is nodes:
+            return facts
+    extra = frozenset(name for node in nodes for name in node.allocatable
+                      if name not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES))
+    memory_labels = [SnapshotBuilder._gpu_memory(n.meta.labels) for n in nodes]
+    gpu_memory = [m for m, _ in memory_labels]
+    real = [g for g in gpu_memory if g > C.DEFAULT_GPU_MEMORY_MIB]
+    facts = (extra, gpu_memory, [known for _, known in memory_labels],
+             float(min(real)) if real else float(C.DEFAULT_GPU_MEMORY_MIB))
+    _NODE_FACTS.insert(0, (nodes, facts))
+    del _NODE_FACTS[4:]
+    return facts
+
+
 class SnapshotBuilder:
     def __init__(self, parsed: ParsedObjects, now: datetime, options: SnapshotOptions) -> None:
         self.gpu_error: GpuRequestError | None = None
@@ -282,20 +305,12 @@ class SnapshotBuilder:
 
     def build(self) -> Snapshot:
         parsed, now = self.parsed, self.now
-        extra = {
-            name
-            for obj in (*parsed.nodes,)
-            for name in obj.allocatable
-            if name not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES)
-        }
+        node_extra, gpu_memory, synced, min_gpu_memory = _node_facts(parsed.nodes)
+        extra = set(node_extra)
         for pod in parsed.pods:
             extra.update(n for n in pod.requests if n not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES))
         resources = ResourceIndex(extra)
-        memory_labels = [self._gpu_memory(n.meta.labels) for n in parsed.nodes]
-        gpu_memory = [m for m, _ in memory_labels]
-        nodes = NodeTable(parsed.nodes, resources, gpu_memory, [synced for _, synced in memory_labels])
-        real = [g for g in gpu_memory if g > C.DEFAULT_GPU_MEMORY_MIB]
-        min_gpu_memory = float(min(real)) if real else float(C.DEFAULT_GPU_MEMORY_MIB)
+        nodes = NodeTable(parsed.nodes, resources, gpu_memory, synced)
 
         queue_objs = list(parsed.queues)
         pg_queue_names = {pg.queue for pg in parsed.pod_groups}

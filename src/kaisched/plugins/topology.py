@@ -108,8 +108,9 @@ class TopologyPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         nodes = ssn.nodes
-        labels = [dict(info.labels) for info in nodes.infos]
-        self.trees = {t.meta.name: TopologyTree(t, labels) for t in ssn.snapshot.topologies}
+        topologies = ssn.snapshot.topologies
+        labels = [dict(info.labels) for info in nodes.infos] if topologies else []
+        self.trees = {t.meta.name: TopologyTree(t, labels) for t in topologies}
         ssn.subset_nodes = self.subset_nodes
         ssn.node_scorers.append(self.score)
 

@@ -8,10 +8,11 @@ Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priorit
 * **cycle**: one scheduling cycle (all configured actions) every ``period``; binds start pods at once,
   evicted pods go back to pending (their controller recreates them) and the work the job had done since it
   last started is counted as lost; a pipelined placement is not kept (as in KAI), the pod is placed again
-  once the resources are free. Cycles where nothing changed are skipped: the next one runs at the next
-  event, or after 10 periods while jobs wait (min-runtime and stale-gang grace periods expire with time);
-  when nothing is left to arrive or finish and 6 such idle cycles changed nothing, the run ends (the jobs
-  still waiting are reported as never started).
+  once the resources are free. When only jobs finished since the last cycle and nobody waits, no cycle runs
+  (no action would do anything): the sample records the GPUs given back. Cycles where nothing changed are
+  skipped: the next one runs at the next event, or after 10 periods while jobs wait (min-runtime and
+  stale-gang grace periods expire with time); when nothing is left to arrive or finish and 6 such idle
+  cycles changed nothing, the run ends (the jobs still waiting are reported as never started).
 
 A job starts when every PodGroup of it has its minimum of running pods, and completes ``duration`` later if
 nothing broke its gang meanwhile. The same scenario always gives the same result.
@@ -85,6 +86,7 @@ class Simulator:
         self.heap: list[tuple[float, int, int, int, object]] = []
         self.seq = itertools.count()
         self.dirty = True
+        self.only_completions = False  # since the last cycle, only completions changed the cluster
         self.cycles = 0
         self.idle_cycles = 0
 
@@ -149,6 +151,7 @@ class Simulator:
             job.record.gpus = sum(_pod_gpus(p) for p in ours)
         self.jobs[f"{a.name}#{len(self.jobs)}"] = job
         self.dirty = True
+        self.only_completions = False
 
     def _complete(self, job: _Job, run: int, t: float) -> None:
         if job.done or run != job.run:
@@ -164,8 +167,13 @@ class Simulator:
     # ---- cycles --------------------------------------------------------------------------------------------
     def _cycle(self, t: float) -> None:
         pending = any(not j.done and j.run_start is None for j in self.jobs.values())
-        if self.dirty or (pending and self._idle_due(t)):
+        if self.dirty and not pending and self.only_completions:
+            # jobs only finished and nobody waits: no action has anything to do; record the freed GPUs
+            self.samples.append(self._light_sample(t))
+            self.dirty = False
+        elif self.dirty or (pending and self._idle_due(t)):
             self._run_cycle(t)
+        self.only_completions = True
         period = self.scenario.period
         more = self._more_events()
         if self.dirty:
@@ -257,6 +265,24 @@ class Simulator:
                     job.record.start = t
                 if job.record.duration != math.inf:
                     self._push(t + job.record.duration, COMPLETION, (job, job.run))
+
+    def _light_sample(self, t: float) -> Sample:
+        """The last sample with the GPUs of the jobs that finished since given back (no cycle ran)."""
+        last = self.samples[-1] if self.samples else None
+        held = sum(_pod_gpus(p) for p in self.pods.values() if p.node_name)
+        shared = sum(_pod_gpus(p) for p in self.pods.values()
+                     if p.node_name and C.GPU_FRACTION_ANNOTATION in p.meta.annotations)
+        by_queue: dict[str, float] = {}
+        for job in self.jobs.values():
+            if job.run_start is not None and not job.done:
+                by_queue[job.record.queue] = by_queue.get(job.record.queue, 0.0) + job.record.gpus
+        total = last.gpus_total if last is not None else 0.0
+        active = [j for j in self.jobs.values() if not j.done]
+        queues = {name: replace(q, allocated=by_queue.get(name, 0.0))
+                  for name, q in (last.queues if last else {}).items()}
+        return Sample(time=t, gpus_total=total, gpus_allocated=held, gpus_fractional=shared,
+                      idle_gpus=max(total - held, 0.0), fragmentation=last.fragmentation if last else 0.0,
+                      pending_jobs=0, running_jobs=len(active), queues=queues)
 
     def _sample(self, result: CycleResult, t: float) -> Sample:
         total = sum(n.gpus for n in result.nodes)
