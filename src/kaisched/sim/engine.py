@@ -57,6 +57,7 @@ class _Job:
     run_start: float | None = None
     run: int = 0  # bumped on every (re)start, so stale completions are ignored
     done: bool = False
+    key: str = ""
 
 
 def _key(namespace: str, name: str) -> str:
@@ -79,6 +80,7 @@ class Simulator:
         self.pods: dict[str, Pod] = {}
         self.groups: dict[str, PodGroup] = {}
         self.jobs: dict[str, _Job] = {}
+        self.active: dict[str, _Job] = {}  # jobs not done yet (arrival order)
         self.job_of_pod: dict[str, _Job] = {}
         self.job_of_group: dict[str, _Job] = {}
         self.errors: list[ObjectError] = []
@@ -149,7 +151,10 @@ class Simulator:
             job.groups.append(key)
         if not job.record.gpus:
             job.record.gpus = sum(_pod_gpus(p) for p in ours)
-        self.jobs[f"{a.name}#{len(self.jobs)}"] = job
+        key = f"{a.name}#{len(self.jobs)}"
+        job.key = key
+        self.jobs[key] = job
+        self.active[key] = job
         self.dirty = True
         self.only_completions = False
 
@@ -158,6 +163,7 @@ class Simulator:
             return  # the run this completion belonged to was broken by an eviction
         job.done = True
         job.record.end = t
+        self.active.pop(job.key, None)
         for key in job.pods:
             self.pods.pop(key, None)
         for key in job.groups:
@@ -166,7 +172,7 @@ class Simulator:
 
     # ---- cycles --------------------------------------------------------------------------------------------
     def _cycle(self, t: float) -> None:
-        pending = any(not j.done and j.run_start is None for j in self.jobs.values())
+        pending = any(j.run_start is None for j in self.active.values())
         if self.dirty and not pending and self.only_completions:
             # jobs only finished and nobody waits: no action has anything to do; record the freed GPUs
             self.samples.append(self._light_sample(t))
@@ -255,8 +261,8 @@ class Simulator:
                 group = pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION, "")
                 gkey = _key(pod.meta.namespace, group)
                 running[gkey] = running.get(gkey, 0) + 1
-        for job in self.jobs.values():
-            if job.done or job.run_start is not None or not job.groups:
+        for job in self.active.values():
+            if job.run_start is not None or not job.groups:
                 continue
             if all(running.get(g, 0) >= max(self.groups[g].min_member, 1) for g in job.groups if g in self.groups):
                 job.run_start = t
@@ -273,11 +279,11 @@ class Simulator:
         shared = sum(_pod_gpus(p) for p in self.pods.values()
                      if p.node_name and C.GPU_FRACTION_ANNOTATION in p.meta.annotations)
         by_queue: dict[str, float] = {}
-        for job in self.jobs.values():
-            if job.run_start is not None and not job.done:
+        for job in self.active.values():
+            if job.run_start is not None:
                 by_queue[job.record.queue] = by_queue.get(job.record.queue, 0.0) + job.record.gpus
         total = last.gpus_total if last is not None else 0.0
-        active = [j for j in self.jobs.values() if not j.done]
+        active = list(self.active.values())
         queues = {name: replace(q, allocated=by_queue.get(name, 0.0))
                   for name, q in (last.queues if last else {}).items()}
         return Sample(time=t, gpus_total=total, gpus_allocated=held, gpus_fractional=shared,
@@ -296,7 +302,7 @@ class Simulator:
         allocated = sum(q.allocated.get("gpu", 0.0) for q in result.queues if q.parent is None)
         if not result.queues:
             allocated = total - idle
-        active = [j for j in self.jobs.values() if not j.done]
+        active = list(self.active.values())
         return Sample(
             time=t, gpus_total=total, gpus_allocated=allocated, gpus_fractional=fractional, idle_gpus=idle,
             fragmentation=partial_idle / idle if idle > 0 else 0.0,
