@@ -34,6 +34,7 @@ from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod, PodGroup
 from kaisched.k8s.parse import parse_objects
+from kaisched.model.gpu import parse_gpu_request
 from kaisched.sim.metrics import summarize
 from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario, SimResult
 
@@ -313,18 +314,8 @@ class Simulator:
 
 
 def _pod_gpus(pod: Pod) -> float:
-    ann = pod.meta.annotations
-    try:
-        devices = int(ann.get(C.GPU_FRACTION_NUM_DEVICES_ANNOTATION, "1"))
-    except ValueError:
-        devices = 1
-    if C.GPU_FRACTION_ANNOTATION in ann:
-        try:
-            return float(ann[C.GPU_FRACTION_ANNOTATION]) * devices
-        except ValueError:
-            return 0.0
-    req = pod.requests
-    return float(req.get(C.GPU_RESOURCE, 0.0) + req.get(C.AMD_GPU_RESOURCE, 0.0))
+    """Whole GPUs and GPU fractions the pod asks for (gpu-memory requests count 0)."""
+    return parse_gpu_request(pod)[0].required_gpus
 
 
 def _with_creation(obj: dict[str, object], now: datetime) -> dict[str, object]:

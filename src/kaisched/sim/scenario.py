@@ -38,9 +38,8 @@ import yaml
 
 from kaisched.k8s.loader import load_documents
 from kaisched.k8s.quantity import parse_duration
+from kaisched.sim import traces
 from kaisched.sim.model import Arrival, Obj, Scenario
-
-SCHEDULER = "kai-scheduler"
 
 
 class ScenarioError(ValueError):
@@ -122,26 +121,9 @@ def job_objects(spec: Mapping[str, Any], field: str, *, name: str | None = None)
     min_member = spec.get("min_member", pods)
     if not isinstance(min_member, int) or not 1 <= min_member <= pods:
         raise ScenarioError(f"{field}.min_member: expected 1..{pods}, got {min_member!r}")
-    resources: dict[str, str] = {"cpu": str(spec.get("cpu", 1)), "memory": str(spec.get("memory", "4Gi"))}
-    annotations = {"pod-group-name": job_name}
-    if 0 < gpus < 1:
-        annotations["gpu-fraction"] = f"{gpus:g}"
-    elif gpus >= 1:
-        resources["nvidia.com/gpu"] = str(int(gpus))
-    pg: Obj = {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-               "metadata": {"name": job_name, "namespace": namespace},
-               "spec": {"queue": queue, "minMember": min_member,
-                        "priorityClassName": str(spec.get("priority_class") or "train")}}
-    out: list[Obj] = [pg]
-    for i in range(pods):
-        out.append({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"{job_name}-{i}", "namespace": namespace,
-                                 "labels": {"kai.scheduler/queue": queue}, "annotations": dict(annotations)},
-                    "spec": {"schedulerName": SCHEDULER, "containers": [
-                        {"name": "main", "image": "sim", "resources": {"requests": dict(resources),
-                                                                       "limits": dict(resources)}}]},
-                    "status": {"phase": "Pending"}})
-    return out, queue, float(gpus) * pods
+    objects = traces.job_objects(job_name, namespace, queue, pods, float(gpus), spec.get("cpu", 1),
+                                 spec.get("memory", "4Gi"), str(spec.get("priority_class") or "train"), min_member)
+    return list(objects), queue, float(gpus) * pods
 
 
 # ------------------------------------------------------------------------------------------- workload
@@ -218,8 +200,6 @@ def _generated(entries: Sequence[Any], seed: int) -> list[Arrival]:
 
 
 def _trace(raw: Mapping[str, Any], base: Path) -> list[Arrival]:
-    from kaisched.sim import traces  # the trace loaders
-
     fmt = raw.get("format", "csv")
     path = base / str(raw.get("path") or "")
     options = {k: v for k, v in raw.items() if k not in ("format", "path")}
