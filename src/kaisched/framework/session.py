@@ -281,15 +281,16 @@ class Session:
 
     def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str]) -> PodGroupStatus | None:
         tasks = job.tasks
-        if tasks and not any(t.status in ALIVE or t.status is TaskStatus.RELEASING for t in tasks):
+        statuses = {t.status for t in tasks}
+        if tasks and statuses.isdisjoint(ALIVE) and TaskStatus.RELEASING not in statuses:
             return None  # finished: every pod succeeded or failed
-        has_pending = any(t.status in (TaskStatus.PENDING, TaskStatus.GATED) for t in tasks)
+        has_pending = TaskStatus.PENDING in statuses or TaskStatus.GATED in statuses
         gang_ok = bool(tasks) and job.is_allocated_gang_satisfied()
         if job.key in pipelined:
             status = "Pipelined"
         elif job.key in bound and gang_ok:
             status = "Allocated"
-        elif gang_ok and any(t.status in ACTIVE_ALLOCATED for t in tasks):
+        elif gang_ok and not statuses.isdisjoint(ACTIVE_ALLOCATED):
             status = "Running"
         else:
             status = "Pending"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kaisched.k8s import constants as C
@@ -146,10 +147,13 @@ def legacy_mig_annotation(pod: Pod) -> str | None:
     return None
 
 
-def parse_gpu_request(pod: Pod) -> tuple[GpuRequest, GpuRequestError | None]:
-    """The pod's GPU request, or the best reading of it and the first validation error (spec 7.1)."""
+def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None) -> tuple[GpuRequest,
+                                                                                     GpuRequestError | None]:
+    """The pod's GPU request, or the best reading of it and the first validation error (spec 7.1).
+    ``requests``: the pod's effective requests when already computed."""
     ann = pod.meta.annotations
-    requests = pod.requests
+    if requests is None:
+        requests = pod.requests
     whole = sum(requests.get(name, 0.0) for name in GPU_RESOURCE_NAMES)
     mig = sum(mig_gpus(name) * value for name, value in requests.items() if name.startswith(C.MIG_RESOURCE_PREFIX))
     raw_fraction = ann.get(C.GPU_FRACTION_ANNOTATION)

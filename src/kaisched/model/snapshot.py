@@ -35,16 +35,16 @@ from kaisched.model.gpu import (
     GpuRequestError,
     gpu_groups_of,
     legacy_mig_annotation,
-    parse_gpu_request,
 )
 from kaisched.model.gpu_sharing import PRIVATE_PREFIX
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
 from kaisched.model.node import NodeTable
+from kaisched.model.pod_facts import PodFacts, pod_facts, retain
 from kaisched.model.queue import QueueInfo, QueueTree
-from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS, ResourceIndex, Vector
+from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, ResourceIndex, Vector
 from kaisched.model.segments import apply_segments
 from kaisched.model.status import ACTIVE_USED, TaskStatus
-from kaisched.model.task import HostPort, TaskInfo
+from kaisched.model.task import TaskInfo
 
 INVALID_GPU_REQUEST = "InvalidGPURequest"
 LEGACY_MIG = "LegacyMIGRequest"
@@ -226,32 +226,6 @@ def task_status(pod: Pod) -> TaskStatus:
     return TaskStatus.UNKNOWN
 
 
-def _host_ports(pod: Pod) -> tuple[HostPort, ...]:
-    return tuple((p.protocol or "TCP", p.host_port, p.host_ip or "0.0.0.0") for p in pod.host_ports)
-
-
-def _signature(pod: Pod) -> tuple[object, ...]:
-    """Static scheduling constraints (KAI's scheduling signature, node-side part)."""
-    na = pod.affinity.node_affinity if pod.affinity else None
-    return (tuple(sorted(pod.node_selector.items())), repr(na), pod.tolerations)
-
-
-def _task_priority(pod: Pod) -> int | None:
-    raw = pod.meta.labels.get(C.TASK_PRIORITY_LABEL)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        return None
-
-
-def _pod_vector(pod: Pod, resources: ResourceIndex) -> Vector:
-    req = resources.vector(pod.requests)
-    req[PODS] = 1.0
-    return req
-
-
 def _root_constraint(pg: PodGroup) -> TopologyConstraint | None:
     c = pg.topology_constraint
     if c is not None and c.topology:
@@ -263,6 +237,38 @@ def _root_constraint(pg: PodGroup) -> TopologyConstraint | None:
     return TopologyConstraint(topology=topology,
                               required_level=ann.get(C.TOPOLOGY_REQUIRED_PLACEMENT_ANNOTATION, ""),
                               preferred_level=ann.get(C.TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION, ""))
+
+
+@dataclass(slots=True, eq=False)
+class _PodGroupFacts:
+    pod_group: PodGroup
+    root_constraint: TopologyConstraint | None
+    last_start: datetime | None
+    stale_since: datetime | None
+    errors: list[ObjectError]
+
+
+_PG_FACTS: dict[int, _PodGroupFacts] = {}  # by PodGroup object identity, for the latest snapshot's PodGroups
+
+
+def _pod_group_facts(pg: PodGroup) -> _PodGroupFacts:
+    """What a PodGroup object says that does not depend on the rest of the cluster (computed once per object)."""
+    f = _PG_FACTS.get(id(pg))
+    if f is not None and f.pod_group is pg:
+        return f
+    errors: list[ObjectError] = []
+    meta = pg.meta
+    f = _PodGroupFacts(pg, _root_constraint(pg),
+                       _parse_annotation_time(meta, C.LAST_START_TIMESTAMP_ANNOTATION, "PodGroup", errors),
+                       _parse_annotation_time(meta, C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, "PodGroup", errors), errors)
+    _PG_FACTS[id(pg)] = f
+    return f
+
+
+def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
+    kept = {id(pg): f for pg in pod_groups if (f := _PG_FACTS.get(id(pg))) is not None and f.pod_group is pg}
+    _PG_FACTS.clear()
+    _PG_FACTS.update(kept)
 
 
 def _is_reservation_pod(pod: Pod) -> bool:
@@ -308,8 +314,10 @@ class SnapshotBuilder:
         node_extra, gpu_memory, synced, min_gpu_memory = _node_facts(parsed.nodes)
         extra = set(node_extra)
         for pod in parsed.pods:
-            extra.update(n for n in pod.requests if n not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES))
+            extra.update(pod_facts(pod).extended)
+        retain(parsed.pods)
         resources = ResourceIndex(extra)
+        self.vector_names = tuple(resources.names)
         nodes = NodeTable(parsed.nodes, resources, gpu_memory, synced)
 
         queue_objs = list(parsed.queues)
@@ -334,6 +342,7 @@ class SnapshotBuilder:
         default_priority = global_default if global_default is not None else C.DEFAULT_JOB_PRIORITY
 
         jobs: dict[str, PodGroupInfo] = {}
+        _retain_pod_groups(parsed.pod_groups)
         for pg in parsed.pod_groups:
             info = self._job(pg, tree, dropped, priorities, default_priority)
             jobs.setdefault(info.key, info)
@@ -416,15 +425,15 @@ class SnapshotBuilder:
             preemptible = pg.preemptibility == C.PREEMPTIBLE
         else:
             preemptible = priority < C.NON_PREEMPTIBLE_PRIORITY_THRESHOLD
+        facts = _pod_group_facts(pg)
+        self.errors.extend(facts.errors)
         info = PodGroupInfo(
             name=meta.name, namespace=meta.namespace, uid=meta.uid or f"{meta.namespace}/{meta.name}",
             queue=pg.queue, priority=priority, preemptible=preemptible,
             creation=_ts(meta.creation_timestamp, self.now), pod_group=pg,
-            last_start=_parse_annotation_time(meta, C.LAST_START_TIMESTAMP_ANNOTATION, "PodGroup", self.errors),
-            stale_since=_parse_annotation_time(meta, C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, "PodGroup",
-                                               self.errors),
+            last_start=facts.last_start, stale_since=facts.stale_since,
         )
-        info.root = self._sub_group_tree(pg, info)
+        info.root = self._sub_group_tree(pg, info, facts.root_constraint)
         info.has_topology = info.root.has_constraint(info.pod_sets)
         ref = _ref("PodGroup", meta)
         if not pg.queue:
@@ -443,12 +452,12 @@ class SnapshotBuilder:
         return info
 
     @staticmethod
-    def _sub_group_tree(pg: PodGroup, info: PodGroupInfo) -> SubGroupSet:
+    def _sub_group_tree(pg: PodGroup, info: PodGroupInfo, root_constraint: TopologyConstraint | None) -> SubGroupSet:
         """The subgroup tree (spec 2.2, 9.5): subgroups named as a parent are sets (their minMember is
         ignored, every child is required), the others are pod sets with ``max(minMember, 1)``; the root
         is the PodGroup with its topology constraint (``spec.topologyConstraint``, else the top owner's
         ``kai.scheduler/topology*`` annotations copied onto the PodGroup)."""
-        root = SubGroupSet("", _root_constraint(pg))
+        root = SubGroupSet("", root_constraint)
         if not pg.sub_groups:
             info.pod_sets["default"] = PodSetInfo("default", max(pg.min_member, 1))
             root.pod_sets.append("default")
@@ -479,18 +488,18 @@ class SnapshotBuilder:
         meta = pod.meta
         status = task_status(pod)
         node = nodes.by_name.get(pod.node_name, -1) if pod.node_name else -1
-        ref = _ref("Pod", meta)
+        facts = pod_facts(pod)
         task = TaskInfo(
             uid=meta.uid or f"{meta.namespace}/{meta.name}", name=meta.name, namespace=meta.namespace, pod=pod,
-            status=status, req=_pod_vector(pod, resources), creation=_ts(meta.creation_timestamp, self.now),
-            node=node, node_name=pod.node_name, task_priority=_task_priority(pod),
-            host_ports=_host_ports(pod), signature=_signature(pod), labels=dict(meta.labels),
-            initial_status=status,
+            status=status, req=facts.vector(resources, self.vector_names),
+            creation=_ts(meta.creation_timestamp, self.now), node=node, node_name=pod.node_name,
+            task_priority=facts.task_priority, host_ports=facts.host_ports, signature=facts.signature,
+            labels=dict(meta.labels), initial_status=status,
         )
         if status in ACTIVE_USED and pod.node_name and node < 0:
-            self.errors.append(ObjectError(ref, "spec.nodeName",
+            self.errors.append(ObjectError(_ref("Pod", meta), "spec.nodeName",
                                            f"node '{pod.node_name}' does not exist; the pod is not accounted"))
-        self._gpu(task, pod, ref)
+        self._gpu(task, facts)
         if not self._is_ours(pod):
             return task if status in ACTIVE_USED else None
         pg_name = meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION)
@@ -498,7 +507,7 @@ class SnapshotBuilder:
             pg_name = self._default_pod_group(pod).meta.name
         job = jobs.get(f"{meta.namespace}/{pg_name}")
         if job is None:
-            self.errors.append(ObjectError(ref, f"metadata.annotations.{C.POD_GROUP_NAME_ANNOTATION}",
+            self.errors.append(ObjectError(_ref("Pod", meta), f"metadata.annotations.{C.POD_GROUP_NAME_ANNOTATION}",
                                            f"PodGroup '{meta.namespace}/{pg_name}' does not exist; "
                                            "the pod is not scheduled"))
             return task if status in ACTIVE_USED else None
@@ -506,7 +515,7 @@ class SnapshotBuilder:
             sg = meta.labels.get(C.SUBGROUP_NAME_LABEL, "")
             if sg not in job.pod_sets:
                 self.errors.append(ObjectError(
-                    ref, f"metadata.labels.{C.SUBGROUP_NAME_LABEL}",
+                    _ref("Pod", meta), f"metadata.labels.{C.SUBGROUP_NAME_LABEL}",
                     f"names no leaf sub-group of PodGroup '{job.key}'; the pod is not scheduled"))
                 return task if status in ACTIVE_USED else None
             task.pod_set = sg
@@ -521,20 +530,20 @@ class SnapshotBuilder:
         job.pod_sets[task.pod_set].tasks.append(task)
         return task
 
-
-    def _gpu(self, task: TaskInfo, pod: Pod, ref: str) -> None:
+    def _gpu(self, task: TaskInfo, facts: PodFacts) -> None:
         """The task's GPU request (spec 7.1) and, when it runs on shared devices, its GPU groups."""
         self.gpu_error = None
+        pod = facts.pod
         if not self._is_ours(pod):
             whole = float(task.req[GPU])
             task.gpu = GpuRequest(GpuKind.WHOLE, int(whole)) if whole else NO_GPU
         else:
-            gpu, err = parse_gpu_request(pod)
+            gpu, err = facts.gpu
             task.gpu = gpu
             if err is not None:
                 self.gpu_error = err
-                self.errors.append(ObjectError(ref, err.field, err.message))
-            task.legacy_mig = legacy_mig_annotation(pod) is not None and not gpu.any
+                self.errors.append(ObjectError(_ref("Pod", pod.meta), err.field, err.message))
+            task.legacy_mig = facts.legacy_mig
         gpu = task.gpu
         if gpu.shared:
             task.req[GPU] = 0.0  # a shared device is accounted by its GPU group

@@ -18,6 +18,10 @@ class TaskStatus(enum.Enum):
     FAILED = "Failed"
     UNKNOWN = "Unknown"
 
+    # members are singletons: hash by identity (Enum's own __hash__ is Python code and hashes the name; status
+    # sets are tested millions of times a cycle)
+    __hash__ = object.__hash__
+
 
 S = TaskStatus
 # occupies a node

@@ -34,7 +34,7 @@ from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod, PodGroup
 from kaisched.k8s.parse import parse_objects
-from kaisched.model.gpu import parse_gpu_request
+from kaisched.model.pod_facts import pod_facts
 from kaisched.sim.metrics import summarize
 from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario, SimResult
 
@@ -79,6 +79,7 @@ class Simulator:
         self.static = static
         self.progress = progress
         self.pods: dict[str, Pod] = {}
+        self.gpus_of_pod: dict[str, float] = {}  # whole GPUs and fractions each pod asks for
         self.groups: dict[str, PodGroup] = {}
         self.jobs: dict[str, _Job] = {}
         self.active: dict[str, _Job] = {}  # jobs not done yet (arrival order)
@@ -143,6 +144,7 @@ class Simulator:
         for pod in ours:
             key = _key(pod.meta.namespace, pod.meta.name)
             self.pods[key] = pod
+            self.gpus_of_pod[key] = _pod_gpus(pod)
             self.job_of_pod[key] = job
             job.pods.append(key)
         for pg in prepared.pod_groups:
@@ -151,7 +153,7 @@ class Simulator:
             self.job_of_group[key] = job
             job.groups.append(key)
         if not job.record.gpus:
-            job.record.gpus = sum(_pod_gpus(p) for p in ours)
+            job.record.gpus = sum(self.gpus_of_pod[k] for k in job.pods)
         key = f"{a.name}#{len(self.jobs)}"
         job.key = key
         self.jobs[key] = job
@@ -167,6 +169,7 @@ class Simulator:
         self.active.pop(job.key, None)
         for key in job.pods:
             self.pods.pop(key, None)
+            self.gpus_of_pod.pop(key, None)
         for key in job.groups:
             self.groups.pop(key, None)
         self.dirty = True
@@ -276,8 +279,9 @@ class Simulator:
     def _light_sample(self, t: float) -> Sample:
         """The last sample with the GPUs of the jobs that finished since given back (no cycle ran)."""
         last = self.samples[-1] if self.samples else None
-        held = sum(_pod_gpus(p) for p in self.pods.values() if p.node_name)
-        shared = sum(_pod_gpus(p) for p in self.pods.values()
+        gpus = self.gpus_of_pod
+        held = sum(gpus[k] for k, p in self.pods.items() if p.node_name)
+        shared = sum(gpus[k] for k, p in self.pods.items()
                      if p.node_name and C.GPU_FRACTION_ANNOTATION in p.meta.annotations)
         by_queue: dict[str, float] = {}
         for job in self.active.values():
@@ -315,7 +319,7 @@ class Simulator:
 
 def _pod_gpus(pod: Pod) -> float:
     """Whole GPUs and GPU fractions the pod asks for (gpu-memory requests count 0)."""
-    return parse_gpu_request(pod)[0].required_gpus
+    return pod_facts(pod).gpu[0].required_gpus
 
 
 def _with_creation(obj: dict[str, object], now: datetime) -> dict[str, object]:

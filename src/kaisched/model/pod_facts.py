@@ -1,0 +1,99 @@
+"""What a pod's spec says that the snapshot needs, computed once per Pod object.
+
+Pods are frozen: the same object always yields the same requests, GPU request, host ports and scheduling
+signature. A cycle over a cluster where little changed (the simulator's next cycle, Kubernetes mode's next
+snapshot) reuses them instead of re-deriving them for every running pod; the cost of a snapshot then grows
+with the pods that changed, not with all pods. Facts are kept for the pods of the latest snapshots only
+(:func:`retain`), checked by identity, so a replaced Pod object is never served stale facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from threading import Lock
+
+from kaisched.k8s import constants as C
+from kaisched.k8s.objects import Pod
+from kaisched.model.gpu import GpuRequest, GpuRequestError, legacy_mig_annotation, parse_gpu_request
+from kaisched.model.resources import GPU_RESOURCE_NAMES, PODS, ResourceIndex, Vector
+
+HostPort = tuple[str, int, str]  # (protocol, port, host IP)
+_BASE_RESOURCES = frozenset({"cpu", "memory", "pods", *GPU_RESOURCE_NAMES})
+
+
+@dataclass(slots=True, eq=False)
+class PodFacts:
+    pod: Pod
+    requests: dict[str, float]  # effective requests (never mutate)
+    extended: tuple[str, ...]  # requested resource names beyond cpu, memory, pods and GPUs
+    host_ports: tuple[HostPort, ...]
+    signature: tuple[object, ...]
+    task_priority: int | None
+    _gpu: tuple[GpuRequest, GpuRequestError | None] | None = None
+    _vector: Vector | None = None
+    _vector_names: tuple[str, ...] = ()
+
+    @property
+    def gpu(self) -> tuple[GpuRequest, GpuRequestError | None]:
+        """The pod's GPU request and its first validation error (:func:`parse_gpu_request`)."""
+        if self._gpu is None:
+            self._gpu = parse_gpu_request(self.pod, self.requests)
+        return self._gpu
+
+    @property
+    def legacy_mig(self) -> bool:
+        return legacy_mig_annotation(self.pod) is not None and not self.gpu[0].any
+
+    def vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
+        """A fresh copy of the pod's request vector in ``resources`` order (``names`` = its names), pods: 1."""
+        if self._vector is None or self._vector_names != names:
+            v = resources.vector(self.requests)
+            v[PODS] = 1.0
+            self._vector, self._vector_names = v, names
+        return self._vector.copy()
+
+
+_CACHE: dict[int, PodFacts] = {}
+_LOCK = Lock()
+
+
+def pod_facts(pod: Pod) -> PodFacts:
+    """The facts of this Pod object (cached by identity)."""
+    f = _CACHE.get(id(pod))
+    if f is not None and f.pod is pod:
+        return f
+    requests = pod.requests
+    na = pod.affinity.node_affinity if pod.affinity else None
+    f = PodFacts(
+        pod=pod,
+        requests=requests,
+        extended=tuple(n for n in requests if n not in _BASE_RESOURCES),
+        host_ports=tuple((p.protocol or "TCP", p.host_port, p.host_ip or "0.0.0.0") for p in pod.host_ports),
+        signature=(tuple(sorted(pod.node_selector.items())), repr(na), pod.tolerations),
+        task_priority=_task_priority(pod),
+    )
+    with _LOCK:
+        _CACHE[id(pod)] = f
+    return f
+
+
+def retain(pods: list[Pod]) -> None:
+    """Forget the facts of every pod not in ``pods`` (called once per snapshot; keeps the cache bounded)."""
+    with _LOCK:
+        kept = {}
+        for pod in pods:
+            f = _CACHE.get(id(pod))
+            if f is not None and f.pod is pod:
+                kept[id(pod)] = f
+        _CACHE.clear()
+        _CACHE.update(kept)
+
+
+def _task_priority(pod: Pod) -> int | None:
+    raw = pod.meta.labels.get(C.TASK_PRIORITY_LABEL)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
