@@ -1,0 +1,322 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with client-go's rules and timings.
+
+* A candidate creates the Lease, or takes it over when its holder is empty or has not renewed it for
+  ``leaseDurationSeconds``. As in client-go, "not renewed" is judged by when *this* process last saw the
+  Lease change (its local monotonic clock), never by comparing the holder's ``renewTime`` with our wall
+  clock: clocks of two machines may disagree, and a candidate therefore waits one full lease duration
+  after it first sees a Lease before taking it over. A released Lease (empty ``holderIdentity``) is
+  taken at once. A new holder sets ``acquireTime`` and increments ``leaseTransitions``.
+* Every write is a PUT carrying the ``resourceVersion`` just read: a 409 means someone else wrote in
+  between, and the next round reads again (optimistic concurrency; two candidates never both win).
+* The leader renews every ``retry_period``; when no renewal has succeeded for ``renew_deadline``, or
+  another holder shows up, it stops leading (``on_stopped_leading``) and becomes a candidate again.
+  :attr:`LeaderElector.is_leader` turns False by itself once ``renew_deadline`` has passed since the last
+  successful renewal, even if the elector's thread is stuck, and ``renew_deadline < lease_duration``
+  guarantees that happens before anyone else may take over.
+* :meth:`LeaderElector.release` (on shutdown) clears ``holderIdentity`` so that a successor acquires at once.
+
+Callbacks run on the elector's thread and must return quickly (start your own thread for real work).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kaisched.kube.api import JSON, Api, ApiError
+from kaisched.kube.resources import LEASE
+
+__all__ = ["JITTER_FACTOR", "LeaderElector", "micro_time"]
+
+log = logging.getLogger(__name__)
+
+JITTER_FACTOR = 1.2  # client-go's JitterFactor for acquire retries
+
+
+def micro_time(moment: datetime) -> str:
+    """A Kubernetes ``MicroTime``: RFC 3339 in UTC with microseconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Contend for the Lease ``namespace/name`` as ``identity`` (unique per process, e.g. host + uuid)."""
+
+    def __init__(
+        self,
+        api: Api,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_started_leading: Callable[[], None] | None = None,
+        on_stopped_leading: Callable[[], None] | None = None,
+        on_new_leader: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        seed: int | None = None,
+    ) -> None:
+        if not identity:
+            raise ValueError("leader election: identity must not be empty")
+        if not namespace or not name:
+            raise ValueError("leader election: the Lease needs a namespace and a name")
+        if retry_period <= 0:
+            raise ValueError(f"leader election: retry_period must be > 0, got {retry_period}")
+        if not lease_duration > renew_deadline:
+            raise ValueError(f"leader election: lease_duration ({lease_duration}) must be greater than "
+                             f"renew_deadline ({renew_deadline})")
+        if not renew_deadline > JITTER_FACTOR * retry_period:
+            raise ValueError(f"leader election: renew_deadline ({renew_deadline}) must be greater than "
+                             f"{JITTER_FACTOR} x retry_period ({retry_period})")
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.lease_duration_seconds = max(1, math.ceil(lease_duration))
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.on_started_leading = on_started_leading
+        self.on_stopped_leading = on_stopped_leading
+        self.on_new_leader = on_new_leader
+        self._clock = clock
+        self._stop = threading.Event()
+        self._sleep = sleep if sleep is not None else self._stop.wait
+        self._now = now
+        self._rng = random.Random(seed)
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._observed_spec: dict[str, Any] | None = None
+        self._observed_time = 0.0
+        self._observed_rv: str | None = None
+        self._leading = False
+        self._last_renew = -math.inf
+        self._last_leader: str | None = None
+        #: times this elector became leader
+        self.terms = 0
+
+    # -- state --------------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        """Leading, and the last successful renewal is less than ``renew_deadline`` old."""
+        with self._lock:
+            return self._leading and self._clock() - self._last_renew < self.renew_deadline
+
+    @property
+    def leader(self) -> str | None:
+        """The holder seen in the Lease last time it was read (None: nobody)."""
+        with self._lock:
+            holder = (self._observed_spec or {}).get("holderIdentity")
+            return holder or None
+
+    @property
+    def lease_path(self) -> str:
+        return LEASE.object_path(self.name, self.namespace)
+
+    # -- one round ----------------------------------------------------------------------------------
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round of client-go's ``tryAcquireOrRenew``: True when we hold the Lease afterwards."""
+        now = micro_time(self._now())
+        try:
+            lease = self.api.request("GET", self.lease_path).body
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("leader election: reading Lease %s/%s: %s", self.namespace, self.name, err)
+                return False
+            return self._create(now)
+        if not isinstance(lease, dict):
+            log.warning("leader election: Lease %s/%s is not an object", self.namespace, self.name)
+            return False
+        spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
+        assert isinstance(spec, dict)
+        meta = lease.get("metadata") if isinstance(lease.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        self._observe(spec, meta.get("resourceVersion"))
+        holder = spec.get("holderIdentity") or ""
+        duration = _positive_int(spec.get("leaseDurationSeconds")) or self.lease_duration_seconds
+        if holder and holder != self.identity:
+            with self._lock:
+                if self._observed_time + duration > self._clock():
+                    return False  # held by someone else, and not expired as far as we have seen
+        new_spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.lease_duration_seconds,
+            "renewTime": now,
+        }
+        if holder == self.identity:
+            new_spec["acquireTime"] = spec.get("acquireTime") or now
+            new_spec["leaseTransitions"] = _positive_int(spec.get("leaseTransitions")) or 0
+        else:
+            new_spec["acquireTime"] = now
+            new_spec["leaseTransitions"] = (_positive_int(spec.get("leaseTransitions")) or 0) + 1
+        body = dict(lease)
+        body["metadata"] = dict(meta)
+        body["spec"] = {**spec, **new_spec}
+        try:
+            updated = self.api.request("PUT", self.lease_path, body=body).body
+        except ApiError as err:
+            if err.status == 409:
+                log.info("leader election: Lease %s/%s changed meanwhile; reading it again", self.namespace,
+                         self.name)
+            else:
+                log.warning("leader election: updating Lease %s/%s: %s", self.namespace, self.name, err)
+            return False
+        self._accept(updated, body["spec"])
+        return True
+
+    def _create(self, now: str) -> bool:
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_duration_seconds,
+                "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+        body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
+                "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
+        try:
+            created = self.api.request("POST", LEASE.create_path(self.namespace), body=body).body
+        except ApiError as err:
+            if err.status != 409:
+                log.warning("leader election: creating Lease %s/%s: %s", self.namespace, self.name, err)
+            return False
+        self._accept(created, spec)
+        return True
+
+    def _accept(self, written: JSON, spec: dict[str, Any]) -> None:
+        rv = None
+        if isinstance(written, dict) and isinstance(written.get("metadata"), dict):
+            rv = written["metadata"].get("resourceVersion")
+        self._observe(spec, rv)
+        with self._lock:
+            self._last_renew = self._clock()
+
+    def _observe(self, spec: dict[str, Any], rv: Any) -> None:
+        holder = spec.get("holderIdentity") or ""
+        with self._lock:
+            if spec != self._observed_spec:
+                self._observed_spec = dict(spec)
+                self._observed_time = self._clock()
+            self._observed_rv = rv if isinstance(rv, str) else None
+            changed = holder != (self._last_leader or "")
+            self._last_leader = holder or None
+        if changed and holder and self.on_new_leader is not None:
+            self._call(self.on_new_leader, holder)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def start(self) -> LeaderElector:
+        if self._thread is not None:
+            raise RuntimeError("leader elector already started")
+        self._thread = threading.Thread(target=self._run, name=f"leader-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop contending and renewing (without releasing the Lease); True when the thread has ended."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def release(self, timeout: float = 5.0) -> bool:
+        """Stop, and if we hold the Lease, clear its holder so a successor takes it at once.
+        True when the Lease was released."""
+        self.stop(timeout)
+        self._stop_leading()
+        try:
+            lease = self.api.request("GET", self.lease_path).body
+        except ApiError as err:
+            log.warning("leader election: release: reading Lease %s/%s: %s", self.namespace, self.name, err)
+            return False
+        if not isinstance(lease, dict) or not isinstance(lease.get("spec"), dict):
+            return False
+        spec = lease["spec"]
+        if spec.get("holderIdentity") != self.identity:
+            return False
+        now = micro_time(self._now())
+        body = dict(lease)
+        body["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": now,
+                        "renewTime": now}
+        try:
+            self.api.request("PUT", self.lease_path, body=body)
+        except ApiError as err:
+            log.warning("leader election: release of Lease %s/%s failed: %s", self.namespace, self.name, err)
+            return False
+        log.info("leader election: %s released Lease %s/%s", self.identity, self.namespace, self.name)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._acquire():
+                break
+            self._start_leading()
+            self._renew()
+            self._stop_leading()
+
+    def _acquire(self) -> bool:
+        while not self._stop.is_set():
+            if self._round():
+                return not self._stop.is_set()
+            self._sleep(self.retry_period * (1.0 + JITTER_FACTOR * self._rng.random()))
+        return False
+
+    def _renew(self) -> None:
+        while not self._stop.is_set():
+            self._sleep(self.retry_period)
+            if self._stop.is_set():
+                return
+            if self._round():
+                continue
+            with self._lock:
+                holder = (self._observed_spec or {}).get("holderIdentity")
+                expired = self._clock() - self._last_renew >= self.renew_deadline
+            if holder and holder != self.identity:
+                log.warning("leader election: %s lost Lease %s/%s to %s", self.identity, self.namespace,
+                            self.name, holder)
+                return
+            if expired:
+                log.warning("leader election: %s could not renew Lease %s/%s within %.1fs", self.identity,
+                            self.namespace, self.name, self.renew_deadline)
+                return
+
+    def _round(self) -> bool:
+        try:
+            return self.try_acquire_or_renew()
+        except Exception:  # never let the elector thread die
+            log.exception("leader election: unexpected error")
+            return False
+
+    def _start_leading(self) -> None:
+        with self._lock:
+            self._leading = True
+            self.terms += 1
+        log.info("leader election: %s leads Lease %s/%s", self.identity, self.namespace, self.name)
+        if self.on_started_leading is not None:
+            self._call(self.on_started_leading)
+
+    def _stop_leading(self) -> None:
+        with self._lock:
+            was, self._leading = self._leading, False
+        if was and self.on_stopped_leading is not None:
+            self._call(self.on_stopped_leading)
+
+    @staticmethod
+    def _call(fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("leader election: callback %r failed", fn)
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if value >= 0 else None
