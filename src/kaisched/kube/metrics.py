@@ -1,0 +1,327 @@
+"""KAI's Prometheus metrics (spec 11.1), on a registry of our own.
+
+Names are KAI's, with its prefix (``kai_`` by default, ``--metrics-namespace``), label names included. KAI is
+written in Go, whose client exposes a counter under exactly its name, while Python's client always appends
+``_total``; :meth:`SchedulerMetrics.render` writes the text exposition format itself so that counters keep
+KAI's names (``kai_podgroups_scheduled_by_action``, ``kai_pod_group_evicted_pods_total``) and no ``_created``
+series appear.
+
+Fed by :meth:`SchedulerMetrics.record_cycle` (one call per cycle, from the :class:`CycleTimings` of
+:func:`timed_cycle` and the cycle's result) and :meth:`SchedulerMetrics.observe_bind` (called by the
+:class:`~kaisched.kube.writer.ClusterWriter` when a bind succeeds). Scheduler metrics: the latency gauges
+(e2e, open/close session, per plugin, per action), ``task_scheduling_latency_milliseconds`` (pod creation to
+bind decision), ``task_bind_latency_milliseconds``, ``podgroups_scheduled_by_action``,
+``pod_group_evicted_pods_total`` and the queue fair-share gauges. Queue-controller metrics (the queue
+controller runs in this process): ``queue_info``, ``queue_deserved_gpus``, ``queue_quota_cpu_cores``,
+``queue_quota_memory_bytes``, ``queue_allocated_gpus``, ``queue_allocated_cpu_cores``,
+``queue_allocated_memory_bytes``. KAI metrics that kaisched has nothing to feed with (usage-DB queries and
+queue usage, victim-scenario counters, preemption attempts, jobs considered per action) are not exported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from kaisched.actions.registry import build_actions
+from kaisched.framework.config import SchedulerConfig
+from kaisched.framework.result import CycleResult
+from kaisched.framework.session import Session
+from kaisched.k8s import constants as C
+from kaisched.k8s.objects import ParsedObjects
+from kaisched.model.snapshot import SnapshotOptions, build_snapshot
+from kaisched.plugins.registry import build_plugins
+
+DEFAULT_NAMESPACE = "kai"
+# prometheus.ExponentialBuckets(5, 2, 10): 5, 10, ..., 2560 ms
+LATENCY_BUCKETS_MS: tuple[float, ...] = tuple(5.0 * 2**k for k in range(10))
+ON_SESSION_OPEN = "OnSessionOpen"
+ON_SESSION_CLOSE = "OnSessionClose"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UNLIMITED = -1.0
+
+Lookup = Callable[[str, str], "Mapping[str, Any] | None"]
+
+
+@dataclass(slots=True)
+class CycleTimings:
+    """How long the parts of one cycle took, in milliseconds."""
+
+    e2e_ms: float
+    open_session_ms: float | None = None
+    close_session_ms: float | None = None
+    actions_ms: dict[str, float] = field(default_factory=dict)
+    plugins_open_ms: dict[str, float] = field(default_factory=dict)
+    plugins_close_ms: dict[str, float] = field(default_factory=dict)
+
+
+def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
+                clock: Callable[[], float] = time.perf_counter) -> tuple[CycleResult, CycleTimings]:
+    """:func:`kaisched.cluster.schedule.run_prepared_cycle` with each part timed: open session (snapshot and
+    every plugin's open), each action, close session (every plugin's close and the result)."""
+    start = clock()
+    snapshot = build_snapshot(parsed, now, SnapshotOptions(
+        full_hierarchy_fairness=config.params.full_hierarchy_fairness, scheduler_name=config.params.scheduler_name))
+    plugins = build_plugins(config.plugins)
+    ssn = Session(snapshot, config, plugins)
+    timings = CycleTimings(0.0)
+    for plugin in plugins:  # Session.open, timed per plugin
+        t = clock()
+        plugin.on_session_open(ssn)
+        timings.plugins_open_ms[plugin.name] = (clock() - t) * 1000.0
+    opened = clock()
+    timings.open_session_ms = (opened - start) * 1000.0
+    for action in build_actions(config):
+        t = clock()
+        action.execute(ssn)
+        timings.actions_ms[action.name] = timings.actions_ms.get(action.name, 0.0) + (clock() - t) * 1000.0
+    closing = clock()
+    for plugin in plugins:  # Session.close, timed per plugin; then the result with the plugins already closed
+        t = clock()
+        plugin.on_session_close(ssn)
+        timings.plugins_close_ms[plugin.name] = (clock() - t) * 1000.0
+    ssn.plugins = []
+    try:
+        result = ssn.close()
+    finally:
+        ssn.plugins = plugins
+    end = clock()
+    timings.close_session_ms = (end - closing) * 1000.0
+    timings.e2e_ms = (end - start) * 1000.0
+    return result, timings
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+class SchedulerMetrics:
+    """KAI's metrics on a private :class:`CollectorRegistry`; label children are created once and reused."""
+
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE, registry: CollectorRegistry | None = None,
+                 node_pool_label_key: str = C.NODE_POOL_LABEL) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.namespace = namespace
+        self.node_pool_label_key = node_pool_label_key
+        ns, reg = namespace, self.registry
+        self.e2e_latency = Gauge("e2e_scheduling_latency_milliseconds",
+                                 "E2e scheduling latency in milliseconds (scheduling algorithm + binding), as a gauge",
+                                 namespace=ns, registry=reg)
+        self.open_session_latency = Gauge("open_session_latency_milliseconds",
+                                          "Open session latency in milliseconds, including all plugins, as a gauge",
+                                          namespace=ns, registry=reg)
+        self.close_session_latency = Gauge("close_session_latency_milliseconds",
+                                           "Close session latency in milliseconds, including all plugins, as a gauge",
+                                           namespace=ns, registry=reg)
+        self.plugin_latency = Gauge("plugin_scheduling_latency_milliseconds",
+                                    "Plugin scheduling latency in milliseconds, as a gauge", ["plugin", "OnSession"],
+                                    namespace=ns, registry=reg)
+        self.action_latency = Gauge("action_scheduling_latency_milliseconds",
+                                    "Action scheduling latency in milliseconds, as a gauge", ["action"],
+                                    namespace=ns, registry=reg)
+        self.task_scheduling_latency = Histogram("task_scheduling_latency_milliseconds",
+                                                 "Task scheduling latency in milliseconds",
+                                                 namespace=ns, registry=reg, buckets=LATENCY_BUCKETS_MS)
+        self.task_bind_latency = Histogram("task_bind_latency_milliseconds",
+                                           "Task bind latency histogram in milliseconds",
+                                           namespace=ns, registry=reg, buckets=LATENCY_BUCKETS_MS)
+        self.podgroups_scheduled = Counter("podgroups_scheduled_by_action", "Count of podgroups scheduled per action",
+                                           ["action"], namespace=ns, registry=reg)
+        self.evicted_pods = Counter("pod_group_evicted_pods_total", "Total number of pods evicted per pod group",
+                                    ["podgroup", "namespace", "uid", "nodepool", "action"], namespace=ns,
+                                    registry=reg)
+        self.fair_share_cpu = Gauge("queue_fair_share_cpu_cores",
+                                    "CPU Fair share of queue, as a gauge. Value is in Cores",
+                                    ["queue_name"], namespace=ns, registry=reg)
+        self.fair_share_memory = Gauge("queue_fair_share_memory_gb",
+                                       "Memory Fair share of queue, as a gauge. Value is in GB",
+                                       ["queue_name"], namespace=ns, registry=reg)
+        self.fair_share_gpu = Gauge("queue_fair_share_gpu",
+                                    "GPU Fair share of queue, as a gauge. Values in GPU devices",
+                                    ["queue_name"], namespace=ns, registry=reg)
+        self.queue_info = Gauge("queue_info", "Queue information (1 per queue)", ["queue_name"], namespace=ns,
+                                registry=reg)
+        self.queue_deserved_gpus = Gauge("queue_deserved_gpus", "Deserved GPUs of a queue (-1: unlimited)",
+                                         ["queue_name"], namespace=ns, registry=reg)
+        self.queue_quota_cpu = Gauge("queue_quota_cpu_cores", "CPU quota of a queue in cores (-1: unlimited)",
+                                     ["queue_name"], namespace=ns, registry=reg)
+        self.queue_quota_memory = Gauge("queue_quota_memory_bytes", "Memory quota of a queue in bytes (-1: unlimited)",
+                                        ["queue_name"], namespace=ns, registry=reg)
+        self.queue_allocated_gpus = Gauge("queue_allocated_gpus", "GPUs allocated to a queue", ["queue_name"],
+                                          namespace=ns, registry=reg)
+        self.queue_allocated_cpu = Gauge("queue_allocated_cpu_cores", "CPU cores allocated to a queue",
+                                         ["queue_name"], namespace=ns, registry=reg)
+        self.queue_allocated_memory = Gauge("queue_allocated_memory_bytes", "Memory bytes allocated to a queue",
+                                            ["queue_name"], namespace=ns, registry=reg)
+        self._queue_gauges = (self.fair_share_cpu, self.fair_share_memory, self.fair_share_gpu, self.queue_info,
+                              self.queue_deserved_gpus, self.queue_quota_cpu, self.queue_quota_memory,
+                              self.queue_allocated_gpus, self.queue_allocated_cpu, self.queue_allocated_memory)
+        # exposed names of counters (Go style: exactly the declared name)
+        self._counter_names = {f"{ns}_podgroups_scheduled_by_action": f"{ns}_podgroups_scheduled_by_action",
+                               f"{ns}_pod_group_evicted_pods": f"{ns}_pod_group_evicted_pods_total"}
+        # label children, bound once
+        self._plugin_children: dict[tuple[str, str], Any] = {}
+        self._action_children: dict[str, Any] = {}
+        self._scheduled_children: dict[str, Any] = {}
+        self._evicted_children: dict[tuple[str, str, str, str, str], Any] = {}
+        self._queue_children: dict[str, tuple[Any, ...]] = {}
+
+    # ---- feeding --------------------------------------------------------------------------------------
+    def record_cycle(self, result: CycleResult, timings: CycleTimings, lookup: Lookup | None = None,
+                     now: datetime | None = None) -> None:
+        """Update the metrics after a cycle. ``lookup(kind, key)`` (the cache) gives pod creation times for the
+        scheduling latency and the evicted pods' PodGroups; without it those labels stay empty."""
+        self.e2e_latency.set(timings.e2e_ms)
+        if timings.open_session_ms is not None:
+            self.open_session_latency.set(timings.open_session_ms)
+        if timings.close_session_ms is not None:
+            self.close_session_latency.set(timings.close_session_ms)
+        for plugin, ms in timings.plugins_open_ms.items():
+            self._plugin_child(plugin, ON_SESSION_OPEN).set(ms)
+        for plugin, ms in timings.plugins_close_ms.items():
+            self._plugin_child(plugin, ON_SESSION_CLOSE).set(ms)
+        for action, ms in timings.actions_ms.items():
+            child = self._action_children.get(action)
+            if child is None:
+                child = self._action_children[action] = self.action_latency.labels(action)
+            child.set(ms)
+        when = now or datetime.now(UTC)
+        if lookup is not None:
+            for placement in result.binds:
+                pod = lookup(C.POD_KIND, placement.pod)
+                created = _parse_time(_mapping(pod.get("metadata") if pod else None).get("creationTimestamp"))
+                if created is not None:
+                    self.task_scheduling_latency.observe(max((when - created).total_seconds() * 1000.0, 0.0))
+        self._scheduled_by_action(result)
+        self._evictions(result, lookup)
+        self._queues(result)
+
+    def observe_bind(self, milliseconds: float) -> None:
+        """One bind, from its decision to the API server's answer."""
+        self.task_bind_latency.observe(milliseconds)
+
+    def _plugin_child(self, plugin: str, phase: str) -> Any:
+        child = self._plugin_children.get((plugin, phase))
+        if child is None:
+            child = self._plugin_children[(plugin, phase)] = self.plugin_latency.labels(plugin, phase)
+        return child
+
+    def _scheduled_by_action(self, result: CycleResult) -> None:
+        """A PodGroup allocated or pipelined this cycle counts for the action that made room for it (the
+        action of the evictions it caused), else ``allocate``."""
+        action_of = {ev.preemptor: ev.action for ev in result.evictions if ev.preemptor}
+        for status in result.pod_groups:
+            if status.status not in ("Allocated", "Pipelined"):
+                continue
+            action = action_of.get(status.name, "allocate")
+            child = self._scheduled_children.get(action)
+            if child is None:
+                child = self._scheduled_children[action] = self.podgroups_scheduled.labels(action)
+            child.inc()
+
+    def _evictions(self, result: CycleResult, lookup: Lookup | None) -> None:
+        for ev in result.evictions:
+            namespace, _, _ = ev.pod.rpartition("/")
+            group_name, uid, pool = "", "", "default"
+            if lookup is not None:
+                pod = lookup(C.POD_KIND, ev.pod)
+                annotations = _mapping(_mapping(pod.get("metadata") if pod else None).get("annotations"))
+                group_name = str(annotations.get(C.POD_GROUP_NAME_ANNOTATION, ""))
+                group = lookup(C.POD_GROUP_KIND, f"{namespace}/{group_name}") if group_name else None
+                meta = _mapping(group.get("metadata") if group else None)
+                uid = str(meta.get("uid", "") or "")
+                pool = str(_mapping(meta.get("labels")).get(self.node_pool_label_key) or "default")
+            key = (group_name, namespace, uid, pool, ev.action)
+            child = self._evicted_children.get(key)
+            if child is None:
+                child = self._evicted_children[key] = self.evicted_pods.labels(*key)
+            child.inc()
+
+    def _queues(self, result: CycleResult) -> None:
+        seen: set[str] = set()
+        for q in result.queues:
+            seen.add(q.name)
+            children = self._queue_children.get(q.name)
+            if children is None:
+                children = self._queue_children[q.name] = tuple(g.labels(q.name) for g in self._queue_gauges)
+            fs_cpu, fs_mem, fs_gpu, info, des_gpu, quota_cpu, quota_mem, alloc_gpu, alloc_cpu, alloc_mem = children
+            fs_cpu.set(q.fair_share.get("cpu", 0.0) / 1000.0)
+            fs_mem.set(q.fair_share.get("memory", 0.0) / 1e9)
+            fs_gpu.set(q.fair_share.get("gpu", 0.0))
+            info.set(1)
+            des_gpu.set(q.deserved.get("gpu", 0.0))
+            quota_cpu.set(_scaled(q.deserved.get("cpu", 0.0), 1000.0))
+            quota_mem.set(q.deserved.get("memory", 0.0))
+            alloc_gpu.set(q.allocated.get("gpu", 0.0))
+            alloc_cpu.set(q.allocated.get("cpu", 0.0) / 1000.0)
+            alloc_mem.set(q.allocated.get("memory", 0.0))
+        for name in [n for n in self._queue_children if n not in seen]:  # deleted queues: drop their series
+            for gauge in self._queue_gauges:
+                gauge.remove(name)
+            del self._queue_children[name]
+
+    # ---- exposition ---------------------------------------------------------------------------------
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format (0.0.4), counters under KAI's names."""
+        return render(self.registry, self._counter_names)
+
+
+def _scaled(value: float, divisor: float) -> float:
+    return UNLIMITED if value == UNLIMITED else value / divisor
+
+
+def _go_float(value: float) -> str:
+    """A sample value as Go's client writes it (``+Inf``, ``-Inf``, ``NaN``)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n")
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def render(registry: CollectorRegistry, counter_names: Mapping[str, str] | None = None) -> bytes:
+    """Text exposition of ``registry``. A counter family ``f`` is exposed as ``counter_names[f]`` (default
+    ``f_total``); ``_created`` samples are left out."""
+    names = counter_names or {}
+    lines: list[str] = []
+    for metric in registry.collect():
+        mtype = metric.type
+        exposed = metric.name
+        if mtype == "counter":
+            exposed = names.get(metric.name, metric.name + "_total")
+        elif mtype == "unknown":
+            mtype = "untyped"
+        lines.append(f"# HELP {exposed} {_escape_help(metric.documentation)}\n")
+        lines.append(f"# TYPE {exposed} {mtype}\n")
+        for s in metric.samples:
+            if s.name.endswith("_created"):
+                continue
+            name = exposed if mtype == "counter" and s.name == metric.name + "_total" else s.name
+            labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in s.labels.items())
+            lines.append(f"{name}{{{labels}}} {_go_float(s.value)}\n" if labels
+                         else f"{name} {_go_float(s.value)}\n")
+    return "".join(lines).encode()

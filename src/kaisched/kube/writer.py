@@ -1,0 +1,395 @@
+"""Apply a cycle's operations to the API server without ever blocking the cycle.
+
+:class:`ClusterWriter` keeps one *lane* per written object: operations on one object run one at a time, in
+submission order; lanes run concurrently on a bounded thread pool (``workers`` requests in flight at most).
+:meth:`ClusterWriter.submit` only queues and returns.
+
+* **Coalescing**: an operation with a ``slot`` (status, condition, annotations, ...) replaces a still-queued
+  operation of the same lane and slot, so a slow object never accumulates stale status writes; an operation
+  identical to the one last written on its slot less than ``settle_timeout`` seconds ago is dropped (the cache
+  has not caught up with our own write yet).
+* **Binds are never duplicated**: a :class:`~kaisched.kube.operations.Bind` for a pod that already has one in
+  flight is dropped, and so is a second :class:`~kaisched.kube.operations.Evict`.
+* **In flight** (the contract with the scheduling loop): a pod is in :meth:`~ClusterWriter.in_flight_binds`
+  from the moment its Bind is submitted until one of
+
+  1. the bind failed for good (then at once: the next cycle may place the pod again);
+  2. the bind succeeded and :meth:`~ClusterWriter.settle` sees the pod in the caller's cache with
+     ``spec.nodeName`` set, or gone;
+  3. the bind succeeded and :meth:`~ClusterWriter.forget` was called for the pod (a ``forget`` before the bind
+     finished takes effect when it finishes);
+  4. the bind succeeded more than ``settle_timeout`` seconds ago (a safety net for a cache that never shows it).
+
+  The loop treats those pods as bound to the given node (``Binding`` in KAI's terms) in its next snapshot.
+  :meth:`~ClusterWriter.in_flight_evictions` works the same way, settling when the cache shows the pod with a
+  ``deletionTimestamp`` or gone; the loop treats those pods as terminating.
+* **Retries**: a refusal that is worth retrying (429, 5xx, no connection) is retried with exponential backoff
+  (``backoff_base * 2**n`` capped at ``backoff_max``) up to ``max_attempts`` attempts in all; a multi-step
+  operation resumes at the step that failed. Refusals that mean "already done" (see each request's
+  ``done_when``) are success. Anything else, or the last failed attempt, is a :class:`Failure`: logged, passed
+  to ``on_failure``, and reported the way KAI does (``FailedBinding`` event and ``PodScheduled=False/BindingError``
+  for a bind, ``EvictionFailed`` for an eviction, ...: ``Operation.failure_ops``). A failed Event is only logged.
+* **After success** the operation's ``success_ops`` are queued (the ``Scheduled`` event of a bind, the
+  PodGroup's ``Evict`` event of an eviction), and a bind's latency (submission to the server's answer) goes to
+  ``metrics.observe_bind``.
+* **Shutdown**: :meth:`~ClusterWriter.close` (on leadership loss: drop everything; on a graceful stop:
+  ``drain=True`` first). A new leader starts with a new writer and rebuilds its view from the API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kaisched.framework.result import Placement
+from kaisched.kube.api import Api, ApiError
+from kaisched.kube.logs import get_logger
+from kaisched.kube.operations import Bind, Evict, Lookup, Operation, Request
+
+if TYPE_CHECKING:
+    from kaisched.kube.metrics import SchedulerMetrics
+
+log = get_logger("kaisched.kube.writer")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An operation that failed for good: the refusal, how many attempts were made, which request failed."""
+
+    operation: Operation
+    error: ApiError
+    attempts: int
+    step: int
+
+
+class WriterClosed(RuntimeError):
+    """:meth:`ClusterWriter.submit` after :meth:`ClusterWriter.close`."""
+
+
+@dataclass(slots=True)
+class _Flight:
+    placement: Placement
+    submitted: float
+    done_at: float | None = None  # clock() when the operation succeeded
+    forgotten: bool = False
+
+
+@dataclass(slots=True)
+class _Lane:
+    queue: deque[Operation] = field(default_factory=deque)
+    running: bool = False
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _fingerprint(op: Operation) -> str:
+    return json.dumps([[r.method, r.path, r.content_type, r.body] for r in op.requests()], sort_keys=True,
+                      default=str)
+
+
+class ClusterWriter:
+    def __init__(
+        self,
+        api: Api,
+        *,
+        workers: int = 16,
+        max_attempts: int = 5,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = _utcnow,
+        on_failure: Callable[[Failure], None] | None = None,
+        metrics: SchedulerMetrics | None = None,
+        settle_timeout: float = 60.0,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers: must be at least 1, got {workers}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
+        self._api = api
+        self.max_attempts = max_attempts
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._stop = threading.Event()
+        self._sleep = sleep if sleep is not None else self._interruptible_sleep
+        self._clock = clock
+        self._now = now
+        self._on_failure = on_failure
+        self._metrics = metrics
+        self.settle_timeout = settle_timeout
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._lanes: dict[str, _Lane] = {}
+        self._pending = 0  # operations queued or running
+        self._binds: dict[str, _Flight] = {}
+        self._evictions: dict[str, _Flight] = {}
+        self._recent: dict[tuple[str, str], tuple[str, float]] = {}  # (lane, slot) -> (fingerprint, when)
+        self._closed = False
+        self._seq = 0
+        self.failures = 0  # operations that failed for good
+        self.completed = 0  # operations that succeeded
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kaisched-writer")
+
+    # ---- submitting -------------------------------------------------------------------------------
+    def submit(self, ops: Iterable[Operation]) -> int:
+        """Queue operations (never blocks on the API). Returns how many were queued, coalesced ones included."""
+        accepted = 0
+        with self._lock:
+            if self._closed:
+                raise WriterClosed("the cluster writer is closed")
+            for op in ops:
+                if self._enqueue(op):
+                    accepted += 1
+        return accepted
+
+    def _enqueue(self, op: Operation) -> bool:  # with the lock held
+        now = self._clock()
+        if isinstance(op, Bind):
+            if op.pod.key in self._binds:
+                log.debug("duplicate bind dropped", pod=op.pod.key, node=op.node)
+                return False
+            self._binds[op.pod.key] = _Flight(Placement(op.pod.key, op.node, op.gpu_groups), now)
+        elif isinstance(op, Evict):
+            if op.pod.key in self._evictions:
+                return False
+            self._evictions[op.pod.key] = _Flight(Placement(op.pod.key, ""), now)
+        lane = self._lanes.get(op.lane)
+        if lane is None:
+            lane = self._lanes[op.lane] = _Lane()
+        if op.supersedes:
+            kept = deque(q for q in lane.queue if q.slot not in op.supersedes)
+            self._pending -= len(lane.queue) - len(kept)
+            lane.queue = kept
+        slot = op.slot
+        if slot is not None:
+            for i, queued in enumerate(lane.queue):
+                if queued.slot == slot:
+                    lane.queue[i] = op  # supersede the queued write of the same slot
+                    return True
+            recent = self._recent.get((op.lane, slot))
+            if recent is not None and now - recent[1] < self.settle_timeout and recent[0] == _fingerprint(op):
+                if not lane.queue and not lane.running:
+                    del self._lanes[op.lane]
+                return False
+        lane.queue.append(op)
+        self._pending += 1
+        if not lane.running:
+            lane.running = True
+            self._executor.submit(self._run_lane, op.lane)
+        return True
+
+    # ---- in-flight view ---------------------------------------------------------------------------
+    def in_flight_binds(self) -> dict[str, str]:
+        """Pod key -> node for every bind submitted and not yet settled (see the module docstring)."""
+        with self._lock:
+            return {k: f.placement.node for k, f in self._binds.items()}
+
+    def in_flight_placements(self) -> dict[str, Placement]:
+        """Like :meth:`in_flight_binds`, with the GPU groups of fractional pods."""
+        with self._lock:
+            return {k: f.placement for k, f in self._binds.items()}
+
+    def in_flight_evictions(self) -> set[str]:
+        """Pod keys of every eviction submitted and not yet settled."""
+        with self._lock:
+            return set(self._evictions)
+
+    def forget(self, pod_key: str) -> None:
+        """The caller has seen the pod settle: drop its in-flight bind/eviction (when the operation finishes,
+        if it is still queued or running)."""
+        with self._lock:
+            for flights in (self._binds, self._evictions):
+                flight = flights.get(pod_key)
+                if flight is None:
+                    continue
+                if flight.done_at is None:
+                    flight.forgotten = True
+                else:
+                    del flights[pod_key]
+
+    def settle(self, lookup: Lookup) -> None:
+        """Drop in-flight entries whose success the cache now shows (bound pods, terminating or deleted pods),
+        and those that succeeded more than ``settle_timeout`` seconds ago."""
+        now = self._clock()
+        with self._lock:
+            for key in list(self._binds):
+                flight = self._binds[key]
+                if flight.done_at is None:
+                    continue
+                pod = lookup("Pod", key)
+                spec = pod.get("spec") if pod is not None else None
+                if (pod is None or (isinstance(spec, Mapping) and spec.get("nodeName"))
+                        or now - flight.done_at >= self.settle_timeout):
+                    del self._binds[key]
+            for key in list(self._evictions):
+                flight = self._evictions[key]
+                if flight.done_at is None:
+                    continue
+                pod = lookup("Pod", key)
+                meta = pod.get("metadata") if pod is not None else None
+                if (pod is None or (isinstance(meta, Mapping) and meta.get("deletionTimestamp"))
+                        or now - flight.done_at >= self.settle_timeout):
+                    del self._evictions[key]
+            self._recent = {k: v for k, v in self._recent.items() if now - v[1] < self.settle_timeout}
+
+    def pending(self) -> int:
+        """Operations queued or running."""
+        with self._lock:
+            return self._pending
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def drain(self, timeout: float) -> bool:
+        """Wait until every queued operation (and the failure reports they caused) is done; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def close(self, timeout: float = 5.0, *, drain: bool = False) -> bool:
+        """Stop: with ``drain``, first let queued operations finish (up to ``timeout``); then drop what is still
+        queued, interrupt backoff waits, and wait up to ``timeout`` for requests in progress. True when
+        everything stopped in time. Idempotent."""
+        if drain:
+            self.drain(timeout)
+        with self._lock:
+            self._closed = True
+        self._stop.set()
+        stopped = self.drain(timeout)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        return stopped
+
+    def _interruptible_sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
+    # ---- workers ----------------------------------------------------------------------------------
+    def _run_lane(self, lane_key: str) -> None:
+        while True:
+            with self._lock:
+                lane = self._lanes[lane_key]
+                if self._stop.is_set() and lane.queue:
+                    self._drop(lane)
+                if not lane.queue:
+                    lane.running = False
+                    del self._lanes[lane_key]
+                    self._idle.notify_all()
+                    return
+                op = lane.queue.popleft()
+            try:
+                self._execute(op)
+            except Exception:  # never let a worker die; _execute handles every refusal itself
+                log.exception("cluster writer: unexpected error", operation=op.describe())
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _drop(self, lane: _Lane) -> None:  # with the lock held: closing
+        for op in lane.queue:
+            if isinstance(op, Bind):
+                self._binds.pop(op.pod.key, None)
+            elif isinstance(op, Evict):
+                self._evictions.pop(op.pod.key, None)
+            log.warning("cluster writer closed: operation dropped", operation=op.describe())
+        self._pending -= len(lane.queue)
+        lane.queue.clear()
+
+    def _execute(self, op: Operation) -> None:
+        started = self._clock()
+        requests = op.requests()
+        attempt = 1
+        step = 0
+        while step < len(requests):
+            try:
+                self._send(requests[step])
+            except ApiError as err:
+                error = err
+            except Exception as exc:  # a client that leaks its transport's exception: treat as no connection
+                error = ApiError(0, type(exc).__name__, str(exc))
+            else:
+                step += 1
+                continue
+            if error.retryable and attempt < self.max_attempts and not self._stop.is_set():
+                delay = min(self.backoff_base * 2 ** (attempt - 1), self.backoff_max)
+                log.info("cluster writer: retrying", operation=op.describe(), status=error.status, attempt=attempt,
+                         delay_s=delay)
+                attempt += 1
+                self._sleep(delay)
+                continue
+            self._failed(op, error, attempt, step)
+            return
+        self._succeeded(op, started)
+
+    def _send(self, req: Request) -> None:
+        try:
+            self._api.request(req.method, req.path, body=req.body, content_type=req.content_type)
+        except ApiError as err:
+            if req.fallback is not None and req.fallback_when(err):
+                self._send(req.fallback)
+                return
+            if req.done_when(err):
+                return
+            raise
+
+    def _succeeded(self, op: Operation, started: float) -> None:
+        now = self._clock()
+        with self._lock:
+            self.completed += 1
+            flights = self._binds if isinstance(op, Bind) else self._evictions if isinstance(op, Evict) else None
+            if flights is not None:
+                key = op.target.key
+                flight = flights.get(key)
+                if flight is not None:
+                    if flight.forgotten:
+                        del flights[key]
+                    else:
+                        flight.done_at = now
+            slot = op.slot
+            if slot is not None:
+                self._recent[(op.lane, slot)] = (_fingerprint(op), now)
+            closed = self._closed
+        if isinstance(op, Bind) and self._metrics is not None:
+            self._metrics.observe_bind((now - started) * 1000.0)
+        follow_ups = op.success_ops()
+        if follow_ups and not closed:
+            with contextlib.suppress(WriterClosed):  # closed meanwhile: dropped with the rest
+                self.submit(follow_ups)
+
+    def _failed(self, op: Operation, error: ApiError, attempts: int, step: int) -> None:
+        failure = Failure(op, error, attempts, step)
+        log.warning("cluster writer: operation failed", operation=op.describe(), status=error.status,
+                    reason=error.reason, message=error.message, attempts=attempts)
+        with self._lock:
+            self.failures += 1
+            if isinstance(op, Bind):
+                self._binds.pop(op.pod.key, None)
+            elif isinstance(op, Evict):
+                self._evictions.pop(op.pod.key, None)
+            self._seq += 1
+            seq = self._seq
+            closed = self._closed
+        if self._on_failure is not None:
+            try:
+                self._on_failure(failure)
+            except Exception:
+                log.exception("cluster writer: on_failure callback raised", operation=op.describe())
+        if closed:
+            return
+        reports = op.failure_ops(error, step, self._now(), seq)
+        if reports:
+            with contextlib.suppress(WriterClosed):  # closed meanwhile: the report is dropped with the rest
+                self.submit(reports)
+
+    # ---- introspection ----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"pending": self._pending, "lanes": len(self._lanes), "inFlightBinds": len(self._binds),
+                    "inFlightEvictions": len(self._evictions), "completed": self.completed, "failures": self.failures}
