@@ -494,7 +494,7 @@ class SnapshotBuilder:
             status=status, req=facts.vector(resources, self.vector_names),
             creation=_ts(meta.creation_timestamp, self.now), node=node, node_name=pod.node_name,
             task_priority=facts.task_priority, host_ports=facts.host_ports, signature=facts.signature,
-            labels=dict(meta.labels), initial_status=status,
+            labels=meta.labels, initial_status=status,
         )
         if status in ACTIVE_USED and pod.node_name and node < 0:
             self.errors.append(ObjectError(_ref("Pod", meta), "spec.nodeName",

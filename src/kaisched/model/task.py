@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ class TaskInfo:
     task_priority: int | None = None  # kai.scheduler/task-priority label; None when absent/unparsable
     host_ports: tuple[HostPort, ...] = ()
     signature: tuple[object, ...] = ()  # scheduling-constraint signature (static predicate cache key)
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the pod's labels (never mutated)
     initial_status: TaskStatus = TaskStatus.PENDING
     gpu: GpuRequest = NO_GPU  # what the pod asks of GPUs (whole, shared, MIG)
     gpu_groups: tuple[str, ...] = ()  # shared devices (GPU groups) on its node, one per device

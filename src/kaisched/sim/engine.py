@@ -20,6 +20,7 @@ nothing broke its gang meanwhile. The same scenario always gives the same result
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
+from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
@@ -99,6 +100,17 @@ class Simulator:
         heapq.heappush(self.heap, (t, kind, next(self.seq), kind, payload))
 
     def run(self) -> SimResult:
+        """Run to the end. The scenario's objects (every arrival's manifests: a trace of 100,000 jobs is
+        millions of dicts) are frozen out of the collector's reach meanwhile: full collections then scan
+        only the simulation's own state (gc.freeze; unfrozen when the run ends)."""
+        gc.collect()
+        gc.freeze()
+        try:
+            return self._run()
+        finally:
+            gc.unfreeze()
+
+    def _run(self) -> SimResult:
         wall = time.perf_counter()
         scenario = self.scenario
         for a in sorted(scenario.arrivals, key=lambda a: (a.time, a.name)):
@@ -211,7 +223,8 @@ class Simulator:
         parsed = ParsedObjects(nodes=self.static.nodes, pods=list(self.pods.values()), queues=self.static.queues,
                                pod_groups=list(self.groups.values()), priority_classes=self.static.priority_classes,
                                topologies=self.static.topologies)
-        result = run_prepared_cycle(parsed, self.config, now)
+        with no_cyclic_gc():
+            result = run_prepared_cycle(parsed, self.config, now)
         self.cycles += 1
         changed = bool(result.binds or result.evictions)
         self._apply(result, t)
@@ -248,7 +261,11 @@ class Simulator:
             pg = self.groups.get(status.name)
             if pg is None:
                 continue
-            ann = dict(pg.meta.annotations)
+            current = pg.meta.annotations
+            if current.get(C.LAST_START_TIMESTAMP_ANNOTATION) == (status.last_start or None) and current.get(
+                    C.STALE_PODGROUP_TIMESTAMP_ANNOTATION) == (status.stale_since or None):
+                continue
+            ann = dict(current)
             for key, value in ((C.LAST_START_TIMESTAMP_ANNOTATION, status.last_start),
                                (C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, status.stale_since)):
                 if value:
@@ -259,15 +276,17 @@ class Simulator:
                 self.groups[status.name] = replace(pg, meta=replace(pg.meta, annotations=ann))
 
     def _update_jobs(self, t: float) -> None:
-        running: dict[str, int] = {}
-        for pod in self.pods.values():
-            if pod.node_name:
-                group = pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION, "")
-                gkey = _key(pod.meta.namespace, group)
-                running[gkey] = running.get(gkey, 0) + 1
+        """Start the jobs not running yet whose every PodGroup has its minimum of pods on nodes (only the
+        pods of jobs that wait are looked at)."""
         for job in self.active.values():
             if job.run_start is not None or not job.groups:
                 continue
+            running: dict[str, int] = {}
+            for key in job.pods:
+                pod = self.pods[key]
+                if pod.node_name:
+                    gkey = _key(pod.meta.namespace, pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION, ""))
+                    running[gkey] = running.get(gkey, 0) + 1
             if all(running.get(g, 0) >= max(self.groups[g].min_member, 1) for g in job.groups if g in self.groups):
                 job.run_start = t
                 job.run += 1
