@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from kaisched.cli.run import run_command
 from kaisched.cli.schedule import schedule_command
 from kaisched.cli.simulate import simulate_command
 
@@ -17,6 +18,7 @@ def cli() -> None:
     """kaisched: a KAI-compatible GPU cluster scheduler."""
 
 
+cli.add_command(run_command)
 cli.add_command(schedule_command)
 cli.add_command(simulate_command)
 

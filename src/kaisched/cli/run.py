@@ -1,0 +1,84 @@
+"""``kaisched run``: schedule a real Kubernetes cluster (Kubernetes mode)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+import click
+
+from kaisched.cluster.schedule import resolve_config
+from kaisched.framework.config import ConfigError, SchedulerConfig
+
+
+def _listen(value: str) -> tuple[str, int | None]:
+    """``host:port``, ``:port`` or ``off``."""
+    if value in ("off", "none", ""):
+        return "0.0.0.0", None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected HOST:PORT, :PORT or off, got {value!r}", param_hint="--listen-address")
+    return host or "0.0.0.0", int(port)
+
+
+@click.command("run")
+@click.option("--kubeconfig", type=click.Path(), default=None,
+              help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config).")
+@click.option("--context", default=None, help="kubeconfig context (default: the file's current context).")
+@click.option("--config", "config_path", type=click.Path(), default=None,
+              help="Scheduler configuration in KAI's format (actions, tiers, params).")
+@click.option("--schedule-period", type=float, default=1.0, show_default=True,
+              help="Seconds between scheduling cycles (KAI's schedule-period).")
+@click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
+              help="Only the holder of a coordination.k8s.io Lease schedules (run several replicas).")
+@click.option("--lease-namespace", default=lambda: os.environ.get("POD_NAMESPACE", "kai-scheduler"),
+              show_default="$POD_NAMESPACE or kai-scheduler", help="Namespace of the leader-election Lease.")
+@click.option("--lease-name", default="kai-scheduler", show_default=True, help="Name of the Lease.")
+@click.option("--listen-address", default=":8080", show_default=True,
+              help="Where /metrics, /healthz and /readyz are served (HOST:PORT, :PORT, or off).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+@click.option("--max-cycles", type=int, default=None, hidden=True, help="Stop after N cycles (tests).")
+def run_command(kubeconfig: str | None, context: str | None, config_path: str | None,
+                schedule_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
+                listen_address: str, log_level: str, max_cycles: int | None) -> None:
+    """Schedule every pod with schedulerName kai-scheduler in the cluster, as KAI's scheduler does.
+
+    Exit status: 0 when stopped (SIGTERM/SIGINT), 1 when leadership was lost or the caches never synced
+    (Kubernetes restarts the pod), 2 for an unusable configuration or kubeconfig.
+    """
+    from kaisched.kube.client import KubeClient, KubeConfigError
+    from kaisched.kube.logs import configure
+    from kaisched.kube.runner import KubeScheduler, RunOptions
+
+    configure(log_level)
+    try:
+        config = resolve_config(SchedulerConfig.load(config_path) if config_path else SchedulerConfig())
+    except (ConfigError, OSError) as exc:
+        raise click.UsageError(f"scheduler config: {exc}") from None
+    host, port = _listen(listen_address)
+    if schedule_period <= 0:
+        raise click.BadParameter(f"must be > 0, got {schedule_period}", param_hint="--schedule-period")
+    try:
+        api = KubeClient.from_env(kubeconfig, context)
+    except (KubeConfigError, OSError) as exc:
+        raise click.UsageError(f"kubeconfig: {exc}") from None
+    options = RunOptions(schedule_period=schedule_period, leader_elect=leader_elect, lease_namespace=lease_namespace,
+                         lease_name=lease_name, listen_host=host, listen_port=port, max_cycles=max_cycles)
+    scheduler = KubeScheduler(api, config, options)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        scheduler.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    scheduler.start()
+    try:
+        code = scheduler.run()
+    finally:
+        scheduler.close()
+        api.close()
+    sys.exit(code)
+

@@ -1,0 +1,343 @@
+"""``kaisched run``: the scheduling loop against a real API server.
+
+Informers keep caches of Nodes, Pods, PodGroups, Queues, PriorityClasses and Topologies. Every
+``schedule_period`` the leader takes one consistent view of them (:mod:`kaisched.kube.cache`), groups the
+pods that have no PodGroup yet (the pod-grouper controller creates those PodGroups and annotates the pods),
+runs the configured actions (the same code as ``kaisched schedule`` and the simulator) and hands what the
+cycle decided to the :class:`~kaisched.kube.writer.ClusterWriter`: binds, evictions, PodGroup/Queue status,
+pod conditions and events, written by a bounded worker pool that never blocks the next cycle.
+
+Leadership (``leader_elect``): only the holder of the Lease schedules. A replica that loses the Lease stops
+at once (:meth:`KubeScheduler.run` returns 1, the process exits and Kubernetes restarts it as a standby),
+as KAI and client-go controllers do; a new leader starts from the API's state: pods bound by its
+predecessor are bound in its cache, and a second bind of one pod is refused by the API server (409).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from kaisched.cluster.schedule import no_cyclic_gc
+from kaisched.framework.config import SchedulerConfig
+from kaisched.framework.result import CycleResult
+from kaisched.k8s import constants as C
+from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
+from kaisched.kube.api import Api
+from kaisched.kube.cache import OwnerCache, ParseCache, overlay
+from kaisched.kube.grouper_controller import PodGrouperController
+from kaisched.kube.health import Health, HealthServer
+from kaisched.kube.informer import Informer
+from kaisched.kube.leader import LeaderElector
+from kaisched.kube.logs import get_logger, log_cycle
+from kaisched.kube.metrics import SchedulerMetrics, timed_cycle
+from kaisched.kube.operations import EventMemory, ObjectRef, Operation, OperationPlanner, pods_by_group
+from kaisched.kube.resources import (
+    CONFIGMAP,
+    KINDS,
+    NODE,
+    POD,
+    PODGROUP,
+    PRIORITY_CLASS,
+    QUEUE,
+    TOPOLOGY,
+    ResourceKind,
+)
+from kaisched.kube.writer import ClusterWriter, Failure
+from kaisched.podgrouper import group_pods, kind_defaults
+
+log = get_logger("kaisched.kube.runner")
+std_log = logging.getLogger(__name__)
+
+#: kinds the scheduler cannot work without (their CRDs must be installed); the others are optional
+REQUIRED_KINDS: tuple[ResourceKind, ...] = (NODE, POD, PODGROUP, QUEUE, PRIORITY_CLASS)
+OPTIONAL_KINDS: tuple[ResourceKind, ...] = (TOPOLOGY,)
+CYCLE_LOOP = "scheduler"
+
+
+@dataclass(slots=True)
+class RunOptions:
+    schedule_period: float = 1.0
+    leader_elect: bool = False
+    lease_namespace: str = "kai-scheduler"
+    lease_name: str = "kai-scheduler"
+    identity: str = ""  # default: POD_NAME (or the host name) plus a random suffix
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    listen_host: str = "0.0.0.0"
+    listen_port: int | None = 8080  # None: no metrics/health server
+    workers: int = 16
+    sync_timeout: float = 120.0
+    watch_timeout: float = 300.0
+    max_cycles: int | None = None  # stop after this many cycles (tests, one-shot runs)
+
+    def resolved_identity(self) -> str:
+        if self.identity:
+            return self.identity
+        base = os.environ.get("POD_NAME") or socket.gethostname()
+        return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeScheduler:
+    """One scheduler process: caches, the cycle loop, the writer, health and metrics."""
+
+    def __init__(self, api: Api, config: SchedulerConfig, options: RunOptions | None = None, *,
+                 now: Callable[[], datetime] = _utcnow, clock: Callable[[], float] = time.monotonic) -> None:
+        self.api = api
+        self.config = config
+        self.options = options or RunOptions()
+        self._now = now
+        self._clock = clock
+        params = config.params
+        self.scheduler_name = params.scheduler_name
+        self.informers: dict[str, Informer] = {
+            k.kind: Informer(api, k, watch_timeout=self.options.watch_timeout, name=f"informer-{k.plural}")
+            for k in (*REQUIRED_KINDS, *OPTIONAL_KINDS)
+        }
+        if params.default_priorities_configmap_name:
+            self.informers[CONFIGMAP.kind] = Informer(
+                api, CONFIGMAP, namespace=params.default_priorities_configmap_namespace or "default",
+                field_selector=f"metadata.name={params.default_priorities_configmap_name}",
+                watch_timeout=self.options.watch_timeout, name="informer-configmaps")
+        self.parse_cache = ParseCache()
+        self.owners = OwnerCache(api)
+        self.metrics = SchedulerMetrics()
+        self.health = Health()
+        self.planner = OperationPlanner()
+        self.grouper = PodGrouperController(self.scheduler_name)
+        self.error_events = EventMemory()
+        self.writer: ClusterWriter | None = None
+        self.elector: LeaderElector | None = None
+        self.server: HealthServer | None = None
+        self.cycles = 0
+        self.failures: list[Failure] = []
+        self._stop = threading.Event()
+        self._lost = threading.Event()
+        self._leading = threading.Event()
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the informers, the health/metrics server and (with leader election) the elector."""
+        for informer in self.informers.values():
+            informer.start()
+        if self.options.listen_port is not None:
+            self.server = HealthServer(self.health, self.metrics.render, self.options.listen_host,
+                                       self.options.listen_port).start()
+        if self.options.leader_elect:
+            o = self.options
+            self.elector = LeaderElector(
+                self.api, o.lease_namespace, o.lease_name, o.resolved_identity(), lease_duration=o.lease_duration,
+                renew_deadline=o.renew_deadline, retry_period=o.retry_period,
+                on_started_leading=self._leading.set, on_stopped_leading=self._on_lost)
+            self.elector.start()
+        else:
+            self._leading.set()
+
+    def _on_lost(self) -> None:
+        if self._leading.is_set():
+            self._lost.set()
+        self._stop.set()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current cycle."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop everything this scheduler started (writes still queued are given a few seconds)."""
+        self._stop.set()
+        if self.writer is not None:
+            self.writer.close(timeout=5.0, drain=True)
+            self.writer = None
+        if self.elector is not None:
+            if self.elector.is_leader:
+                self.elector.release()
+            self.elector.stop()
+        for informer in self.informers.values():
+            informer.stop()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = self._clock() + timeout
+        for kind in REQUIRED_KINDS:
+            if not self.informers[kind.kind].wait_synced(max(0.0, deadline - self._clock())):
+                return False
+        self.health.set_synced(True)
+        return True
+
+    def run(self) -> int:
+        """Schedule every ``schedule_period`` while this replica leads; 0 when stopped, 1 when the Lease was
+        lost or the caches never synced."""
+        o = self.options
+        if not self.wait_synced(o.sync_timeout):
+            missing = [k for k, i in self.informers.items() if not i.has_synced]
+            log.error("caches not synced", kinds=missing, timeout_s=o.sync_timeout)
+            return 1
+        log.info("caches synced", objects={k: len(i.store) for k, i in self.informers.items()})
+        while not self._leading.is_set():
+            if self._stop.wait(0.1):
+                return 1 if self._lost.is_set() else 0
+        log.info("leading: scheduling starts", period_s=o.schedule_period)
+        self.health.register_loop(CYCLE_LOOP, max(30.0, 10 * o.schedule_period))
+        self.writer = ClusterWriter(self.api, workers=o.workers, on_failure=self._on_failure,
+                                    metrics=self.metrics)
+        next_at = self._clock()
+        while not self._stop.is_set():
+            self.run_cycle()
+            if o.max_cycles is not None and self.cycles >= o.max_cycles:
+                break
+            next_at += o.schedule_period
+            delay = next_at - self._clock()
+            if delay < 0:  # a cycle longer than the period: start the next one now, do not try to catch up
+                next_at = self._clock()
+                delay = 0.0
+            if self._stop.wait(delay):
+                break
+        self.health.unregister_loop(CYCLE_LOOP)
+        if self._lost.is_set():
+            log.error("leadership lost: stopping (a standby replica takes over)")
+            return 1
+        return 0
+
+    def _on_failure(self, failure: Failure) -> None:
+        self.failures.append(failure)
+        del self.failures[:-100]
+        log.warning("write failed", operation=failure.operation.describe(), error=str(failure.error),
+                    attempts=failure.attempts)
+
+    # ---- one cycle ----------------------------------------------------------------------------------
+    def lookup(self, kind: str, key: str) -> Mapping[str, Any] | None:
+        informer = self.informers.get(kind)
+        if informer is None:
+            return None
+        obj = informer.store.get(key)
+        return obj if isinstance(obj, Mapping) else None
+
+    def run_cycle(self) -> CycleResult:
+        """One scheduling cycle on the caches as they are now; its writes are queued, not awaited."""
+        if self.writer is None:
+            self.writer = ClusterWriter(self.api, workers=self.options.workers, on_failure=self._on_failure,
+                                        metrics=self.metrics)
+        writer = self.writer
+        start = time.perf_counter()
+        now = self._now()
+        with no_cyclic_gc():
+            writer.settle(self.lookup)
+            placements = writer.in_flight_placements()
+            evictions = writer.in_flight_evictions()
+            api_pods = self._items(POD)
+            api_pod_groups = [o for _, o in self._items(PODGROUP)]
+            parsed = self._parse(overlay(api_pods, {k: (p.node, p.gpu_groups) for k, p in placements.items()},
+                                         evictions, _rfc3339(now)))
+            prepared = self._group(parsed, now)
+            writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now))
+            result, timings = timed_cycle(prepared, self.config, now)
+            ops = self.planner.plan(result, self.lookup, now, pods_by_group(prepared),
+                                    settling=set(placements) | evictions)
+            writer.submit(ops)
+            writer.submit(self._error_events(result.errors, now))
+            self.metrics.record_cycle(result, timings, self.lookup, now)
+        self.cycles += 1
+        self.health.beat(CYCLE_LOOP)
+        log_cycle(log, result, time.perf_counter() - start, cycle=self.cycles)
+        return result
+
+    def _error_events(self, errors: list[ObjectError], now: datetime) -> list[Operation]:
+        """A Warning event ``InvalidObject`` on each object with input errors (malformed fields, unknown
+        queues...), once while the error lasts; the rest of the cluster is scheduled regardless."""
+        memory = self.error_events
+        memory.begin()
+        out: list[Operation] = []
+        for error in errors:
+            kind, _, ref = error.object.partition(" ")
+            rk = KINDS.get(kind)
+            if rk is None:
+                continue
+            namespace, _, name = ref.rpartition("/")
+            obj = self.lookup(kind, ref if rk.namespaced else name)
+            if obj is None:
+                continue
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            event = memory.event(ObjectRef(rk.api_version, kind, name, namespace, uid), "Warning", "InvalidObject",
+                                 f"{error.field}: {error.message}", now)
+            if event is not None:
+                out.append(event)
+        memory.end(now)
+        return out
+
+    def _items(self, kind: ResourceKind) -> list[tuple[str, Mapping[str, Any]]]:
+        informer = self.informers.get(kind.kind)
+        if informer is None:
+            return []
+        out = []
+        for obj in informer.store.snapshot():
+            if isinstance(obj, Mapping):
+                try:
+                    out.append((kind.key(obj), obj))
+                except ValueError:
+                    continue  # no name: nothing can refer to it
+        out.sort(key=lambda kv: kv[0])
+        return out
+
+    def _parse(self, pods: list[tuple[str, Mapping[str, Any]]]) -> ParsedObjects:
+        parsed = ParsedObjects()
+        cache = self.parse_cache
+        cache.parse("Node", self._items(NODE), parsed)
+        cache.parse("Pod", pods, parsed)
+        cache.parse("PodGroup", self._items(PODGROUP), parsed)
+        cache.parse("Queue", self._items(QUEUE), parsed)
+        cache.parse("PriorityClass", self._items(PRIORITY_CLASS), parsed)
+        cache.parse("Topology", self._items(TOPOLOGY), parsed)
+        cache.parse("ConfigMap", self._items(CONFIGMAP), parsed)
+        return parsed
+
+    def _group(self, parsed: ParsedObjects, now: datetime) -> ParsedObjects:
+        """Pods that name an existing PodGroup are taken as they are (as KAI's scheduler reads the
+        annotation); the others of this scheduler go through the pod-grouper, with their owners read from
+        the API."""
+        existing = {(pg.meta.namespace, pg.meta.name) for pg in parsed.pod_groups}
+        settled: list[Pod] = []
+        to_group: list[Pod] = []
+        for pod in parsed.pods:
+            name = pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION)
+            if pod.scheduler_name != self.scheduler_name or (name and (pod.meta.namespace, name) in existing):
+                settled.append(pod)
+            else:
+                to_group.append(pod)
+        if not to_group:
+            return parsed
+        owners = ParsedObjects()
+        self.parse_cache.parse("Owner", [(f"{o.get('kind')}:{_key(o)}", o)
+                                         for o in self.owners.owners_of(to_group)], owners)
+        params = self.config.params
+        errors = list(parsed.errors)
+        with_owners = replace(parsed, pods=to_group, workloads=[*parsed.workloads, *owners.workloads], errors=errors)
+        defaults = kind_defaults(with_owners, params.default_priorities_configmap_name,
+                                 params.default_priorities_configmap_namespace, errors)
+        priority_classes = frozenset({*C.BUILTIN_PRIORITY_CLASSES, *(pc.meta.name for pc in parsed.priority_classes)})
+        grouped = group_pods(replace(with_owners, errors=errors), scheduler_name=self.scheduler_name,
+                             priority_classes=priority_classes, defaults=defaults, now=now)
+        return replace(grouped, pods=[*settled, *grouped.pods], errors=[*grouped.errors, *owners.errors])
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
