@@ -84,7 +84,9 @@ def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: date
     ssn.open()
     for action in build_actions(config):
         action.execute(ssn)
-    return ssn.close()
+    result = ssn.close()
+    ssn.discard()
+    return result
 
 
 def schedule(

@@ -148,6 +148,14 @@ class Session:
             plugin.on_session_close(self)
         return self._result()
 
+    def discard(self) -> None:
+        """Break the session's reference cycles (plugins and hooks hold the session, tasks their jobs) so
+        reference counting frees a finished session at once instead of the cyclic collector tracing it;
+        only for a session nobody looks at any more."""
+        for task in self.snapshot.tasks.values():
+            task.job = None
+        self.__dict__.clear()
+
     # ---- ordering -----------------------------------------------------------------------------------
     def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
         return (*(fn(job) for fn in self.job_order_keys), job.creation, job.uid)

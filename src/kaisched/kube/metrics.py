@@ -90,7 +90,7 @@ def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
     try:
         result = ssn.close()
     finally:
-        ssn.plugins = plugins
+        ssn.discard()
     end = clock()
     timings.close_session_ms = (end - closing) * 1000.0
     timings.e2e_ms = (end - start) * 1000.0
