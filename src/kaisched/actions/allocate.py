@@ -12,9 +12,16 @@ from kaisched.model.status import TaskStatus
 
 
 def pending_jobs(ssn: Session) -> list[PodGroupInfo]:
-    """Jobs that are ready, have a pending task and sit in an existing leaf queue."""
+    """Jobs that are ready, have a pending task and sit in an existing leaf queue.
+
+    A task becomes Pending within a session only when a statement is rolled back to the status it had
+    before, so the jobs with pending tasks can only get fewer as the session goes on: they are looked for
+    among those that had some at the first call (each action asks; most jobs of a busy cluster run)."""
+    candidates = ssn.jobs_with_pending
+    if candidates is None:
+        candidates = ssn.jobs_with_pending = [j for j in ssn.jobs.values() if j.has_pending()]
     out = []
-    for job in ssn.jobs.values():
+    for job in candidates:
         if job.blocked is not None or job.queue not in ssn.queues.queues:
             continue
         if not job.has_pending() or not job.is_ready():

@@ -105,6 +105,8 @@ class Session:
         # uids of virtually evicted tasks that a victim simulation may place again (spec 4.4)
         self.revivable: set[str] = set()
         self._job_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
+        #: jobs with a pending task when first asked (see actions.allocate.pending_jobs); None until then
+        self.jobs_with_pending: list[PodGroupInfo] | None = None
         self._to_allocate: dict[str, tuple[int, list[TaskInfo]]] = {}
         self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
         # placement failures: task shape -> (nodes.version when it failed, fit error text)

@@ -30,6 +30,7 @@ class PodFacts:
     signature: tuple[object, ...]
     task_priority: int | None
     _gpu: tuple[GpuRequest, GpuRequestError | None] | None = None
+    _legacy_mig: bool | None = None
     _vector: Vector | None = None
     _vector_names: tuple[str, ...] = ()
 
@@ -42,7 +43,10 @@ class PodFacts:
 
     @property
     def legacy_mig(self) -> bool:
-        return legacy_mig_annotation(self.pod) is not None and not self.gpu[0].any
+        """MIG asked for by KAI's retired annotation (and no GPU resource)."""
+        if self._legacy_mig is None:
+            self._legacy_mig = legacy_mig_annotation(self.pod) is not None and not self.gpu[0].any
+        return self._legacy_mig
 
     def vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
         """A fresh copy of the pod's request vector in ``resources`` order (``names`` = its names), pods: 1."""
