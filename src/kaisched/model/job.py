@@ -108,12 +108,21 @@ class PodGroupInfo:
         return any(ps.min_available < len(ps.tasks) for ps in self.pod_sets.values())
 
     def is_stale(self) -> bool:
-        tasks = self.tasks
-        if any(t.status is TaskStatus.SUCCEEDED for t in tasks):
-            return False
-        if not any(t.status in ACTIVE_USED for t in tasks):
-            return False
-        return not self.is_gang_satisfied()
+        """Some pod holds resources but a pod set has fewer than its minimum, and none has succeeded (one
+        pass over the tasks: asked of every job every cycle)."""
+        used_any = False
+        short = False
+        for ps in self.pod_sets.values():
+            used = 0
+            for t in ps.tasks:
+                status = t.status
+                if status is TaskStatus.SUCCEEDED:
+                    return False
+                if status in ACTIVE_USED:
+                    used += 1
+            used_any = used_any or used > 0
+            short = short or used < ps.min_available
+        return used_any and short
 
     def has_pending(self) -> bool:
         return any(t.status is TaskStatus.PENDING for ps in self.pod_sets.values() for t in ps.tasks)
