@@ -15,6 +15,7 @@ predecessor are bound in its cache, and a second bind of one pod is refused by t
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -192,6 +193,9 @@ class KubeScheduler:
             log.error("caches not synced", kinds=missing, timeout_s=o.sync_timeout)
             return 1
         log.info("caches synced", objects={k: len(i.store) for k, i in self.informers.items()})
+        # the initial lists are long-lived: keep them out of every later full collection
+        gc.collect()
+        gc.freeze()
         while not self._leading.is_set():
             if self._stop.wait(0.1):
                 return 1 if self._lost.is_set() else 0
