@@ -11,6 +11,17 @@ import click
 
 from kaisched.cluster.schedule import resolve_config
 from kaisched.framework.config import ConfigError, SchedulerConfig
+from kaisched.k8s.quantity import parse_duration
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"must be positive, got {value!r}")
+    return seconds
 
 
 def _listen(value: str) -> tuple[str, int | None]:
@@ -36,6 +47,12 @@ def _listen(value: str) -> tuple[str, int | None]:
 @click.option("--lease-namespace", default=lambda: os.environ.get("POD_NAMESPACE", "kai-scheduler"),
               show_default="$POD_NAMESPACE or kai-scheduler", help="Namespace of the leader-election Lease.")
 @click.option("--lease-name", default="kai-scheduler", show_default=True, help="Name of the Lease.")
+@click.option("--leader-elect-lease-duration", "lease_duration", default="15s", show_default=True,
+              callback=_duration, help="How long a Lease holds without renewal (Go duration).")
+@click.option("--leader-elect-renew-deadline", "renew_deadline", default="10s", show_default=True,
+              callback=_duration, help="How long the leader keeps trying to renew before it stops leading.")
+@click.option("--leader-elect-retry-period", "retry_period", default="2s", show_default=True,
+              callback=_duration, help="Time between tries to acquire or renew the Lease.")
 @click.option("--listen-address", default=":8080", show_default=True,
               help="Where /metrics, /healthz and /readyz are served (HOST:PORT, :PORT, or off).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
@@ -43,7 +60,8 @@ def _listen(value: str) -> tuple[str, int | None]:
 @click.option("--max-cycles", type=int, default=None, hidden=True, help="Stop after N cycles (tests).")
 def run_command(kubeconfig: str | None, context: str | None, config_path: str | None,
                 schedule_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
-                listen_address: str, log_level: str, max_cycles: int | None) -> None:
+                lease_duration: float, renew_deadline: float, retry_period: float, listen_address: str,
+                log_level: str, max_cycles: int | None) -> None:
     """Schedule every pod with schedulerName kai-scheduler in the cluster, as KAI's scheduler does.
 
     Exit status: 0 when stopped (SIGTERM/SIGINT), 1 when leadership was lost or the caches never synced
@@ -66,15 +84,21 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
     except (KubeConfigError, OSError) as exc:
         raise click.UsageError(f"kubeconfig: {exc}") from None
     options = RunOptions(schedule_period=schedule_period, leader_elect=leader_elect, lease_namespace=lease_namespace,
-                         lease_name=lease_name, listen_host=host, listen_port=port, max_cycles=max_cycles)
+                         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
+                         retry_period=retry_period, listen_host=host, listen_port=port, max_cycles=max_cycles)
     scheduler = KubeScheduler(api, config, options)
+    try:
+        scheduler.start()
+    except (ValueError, OSError) as exc:  # leader-election timings that do not fit, a port in use
+        scheduler.close()
+        api.close()
+        raise click.UsageError(str(exc)) from None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         scheduler.stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    scheduler.start()
     try:
         code = scheduler.run()
     finally:

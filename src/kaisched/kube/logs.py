@@ -46,6 +46,29 @@ def configure(level: str = "info", json: bool = True, stream: TextIO | None = No
         logger_factory=_NamedPrintLoggerFactory(stream if stream is not None else sys.stderr),
         cache_logger_on_first_use=False,
     )
+    # kaisched's modules that log through the standard library (informers, leader election, the cache) end
+    # up in the same JSON lines
+    std = logging.getLogger("kaisched")
+    for handler in [h for h in std.handlers if isinstance(h, _ToStructlog)]:
+        std.removeHandler(handler)
+    std.addHandler(_ToStructlog())
+    std.setLevel(LEVELS[name])
+    std.propagate = False
+
+
+class _ToStructlog(logging.Handler):
+    """Hands standard-library log records to structlog (same renderer, level and stream)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            logger = structlog.get_logger(record.name)
+            fields: dict[str, Any] = {}
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            method = getattr(logger, record.levelname.lower(), logger.info)
+            method(record.getMessage(), **fields)
+        except Exception:  # a logging failure must never break the caller
+            self.handleError(record)
 
 
 def get_logger(name: str) -> Any:

@@ -177,10 +177,13 @@ class KubeScheduler:
             self.server = None
 
     def wait_synced(self, timeout: float) -> bool:
+        """Wait until the required kinds are listed (False on timeout or when asked to stop meanwhile)."""
         deadline = self._clock() + timeout
         for kind in REQUIRED_KINDS:
-            if not self.informers[kind.kind].wait_synced(max(0.0, deadline - self._clock())):
-                return False
+            informer = self.informers[kind.kind]
+            while not informer.wait_synced(min(0.2, max(0.0, deadline - self._clock()))):
+                if self._stop.is_set() or self._clock() >= deadline:
+                    return False
         self.health.set_synced(True)
         return True
 
@@ -189,6 +192,8 @@ class KubeScheduler:
         lost or the caches never synced."""
         o = self.options
         if not self.wait_synced(o.sync_timeout):
+            if self._stop.is_set() and not self._lost.is_set():
+                return 0  # stopped (SIGTERM) before the caches synced
             missing = [k for k, i in self.informers.items() if not i.has_synced]
             log.error("caches not synced", kinds=missing, timeout_s=o.sync_timeout)
             return 1
