@@ -152,7 +152,10 @@ def _place(
     indices = np.flatnonzero(fit)
     if len(indices) == 0:
         return fit_error_histogram(ssn, task, codes) if explain else ""
-    fits_idle = nodes.fits_task(task, with_releasing=False)[indices]
+    if nodes.any_releasing:
+        fits_idle = nodes.fits_task(task, with_releasing=False)[indices]
+    else:  # nothing releasing anywhere: every candidate fits on idle resources
+        fits_idle = np.ones(len(indices), dtype=np.bool_)
     cands = NodeCandidates(indices, fits_idle)
     if len(indices) == 1:
         best = 0

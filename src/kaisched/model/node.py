@@ -85,7 +85,7 @@ class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
     __slots__ = ("allocatable", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
-                 "resources", "schedulable", "shared", "touched", "version")
+                 "resources", "schedulable", "shared", "touched", "version", "any_releasing")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None) -> None:
@@ -111,6 +111,9 @@ class NodeTable:
         self.shared = SharedGpus(self.names, static.gpu_memory, static.synced)
         self.legacy_mig: IntArray = np.zeros(n, dtype=np.int64)  # running legacy MIG pods per node
         self.version = 0  # bumped by every change of the accounting (a cache key for fit results)
+        # False while no resource has ever been releasing or pipelined in this table: then "fits with
+        # releasing resources" is "fits on idle ones" and is computed once
+        self.any_releasing = False
 
     def __len__(self) -> int:
         return len(self.names)
@@ -121,6 +124,8 @@ class NodeTable:
         self.version += 1
         status = task.status
         req = task.req
+        if status is TaskStatus.RELEASING or status is TaskStatus.PIPELINED:
+            self.any_releasing = True
         if status in CONSUMES_IDLE:
             self.idle[:, node] -= req
             if status is TaskStatus.RELEASING:
@@ -165,6 +170,8 @@ class NodeTable:
 
     def _join_groups(self, task: TaskInfo, node: int, sign: int) -> None:
         d_idle, d_rel, d_pods = self.shared.join(task, node, sign)
+        if d_rel:
+            self.any_releasing = True
         self.idle[GPU, node] -= d_idle
         self.releasing[GPU, node] += d_rel
         self.idle[PODS, node] -= d_pods
@@ -181,7 +188,7 @@ class NodeTable:
         rows = np.flatnonzero(req > 0)
         if len(rows) == 0:
             return np.ones(len(self.names), dtype=np.bool_)
-        avail = self.idle[rows] + self.releasing[rows] if with_releasing else self.idle[rows]
+        avail = self.idle[rows] + self.releasing[rows] if with_releasing and self.any_releasing else self.idle[rows]
         mask: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
         return mask
 
