@@ -29,6 +29,9 @@ class PodFacts:
     host_ports: tuple[HostPort, ...]
     signature: tuple[object, ...]
     task_priority: int | None
+    uid: str  # metadata.uid, or "<namespace>/<name>" without one
+    key: str  # "<namespace>/<name>"
+    group_name: str | None  # the pod-group-name annotation
     _gpu: tuple[GpuRequest, GpuRequestError | None] | None = None
     _legacy_mig: bool | None = None
     _vector: Vector | None = None
@@ -75,6 +78,9 @@ def pod_facts(pod: Pod) -> PodFacts:
         host_ports=tuple((p.protocol or "TCP", p.host_port, p.host_ip or "0.0.0.0") for p in pod.host_ports),
         signature=(tuple(sorted(pod.node_selector.items())), repr(na), pod.tolerations),
         task_priority=_task_priority(pod),
+        uid=pod.meta.uid or f"{pod.meta.namespace}/{pod.meta.name}",
+        key=f"{pod.meta.namespace}/{pod.meta.name}",
+        group_name=pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION),
     )
     with _LOCK:
         _CACHE[id(pod)] = f

@@ -490,7 +490,7 @@ class SnapshotBuilder:
         node = nodes.by_name.get(pod.node_name, -1) if pod.node_name else -1
         facts = pod_facts(pod)
         task = TaskInfo(
-            uid=meta.uid or f"{meta.namespace}/{meta.name}", name=meta.name, namespace=meta.namespace, pod=pod,
+            uid=facts.uid, name=meta.name, namespace=meta.namespace, pod=pod,
             status=status, req=facts.vector(resources, self.vector_names),
             creation=_ts(meta.creation_timestamp, self.now), node=node, node_name=pod.node_name,
             task_priority=facts.task_priority, host_ports=facts.host_ports, signature=facts.signature,
@@ -502,7 +502,7 @@ class SnapshotBuilder:
         self._gpu(task, facts)
         if not self._is_ours(pod):
             return task if status in ACTIVE_USED else None
-        pg_name = meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION)
+        pg_name = facts.group_name
         if pg_name is None:
             pg_name = self._default_pod_group(pod).meta.name
         job = jobs.get(f"{meta.namespace}/{pg_name}")
