@@ -60,7 +60,7 @@ def consolidation_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
 class EvictingAction(Action):
     """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
 
-    _pool: tuple[int, list[PodGroupInfo]] | None = None  # (nodes.version, preemptible running jobs)
+    _pool: tuple[int, list[PodGroupInfo]] | None = None  # (ssn.commits, preemptible running jobs)
 
     def candidates(self, ssn: Session) -> list[PodGroupInfo]:
         return pending_jobs(ssn)
@@ -81,9 +81,9 @@ class EvictingAction(Action):
         return -1
 
     def preemptible_running(self, ssn: Session) -> list[PodGroupInfo]:
-        """Preemptible jobs with active pods: the pool every action picks from (cached until a pod moves;
-        per job until its version changes)."""
-        if self._pool is not None and self._pool[0] == ssn.nodes.version:
+        """Preemptible jobs with active pods: the pool every action picks from (cached until a statement is
+        committed: the solver's simulations are rolled back; per job until its version changes)."""
+        if self._pool is not None and self._pool[0] == ssn.commits:
             return self._pool[1]
         out = []
         for job in self._preemptible:
@@ -93,7 +93,7 @@ class EvictingAction(Action):
                 self._active[job.uid] = cached
             if cached[1]:
                 out.append(job)
-        self._pool = (ssn.nodes.version, out)
+        self._pool = (ssn.commits, out)
         return out
 
     def execute(self, ssn: Session) -> None:

@@ -105,6 +105,9 @@ class Session:
         # uids of virtually evicted tasks that a victim simulation may place again (spec 4.4)
         self.revivable: set[str] = set()
         self._job_keys: dict[str, tuple[int, tuple[object, ...]]] = {}
+        #: statements committed so far: task statuses only change for good when this grows (a rolled back or
+        #: discarded statement restores them), so it keys caches of "which tasks are where"
+        self.commits = 0
         #: jobs with a pending task when first asked (see actions.allocate.pending_jobs); None until then
         self.jobs_with_pending: list[PodGroupInfo] | None = None
         self._to_allocate: dict[str, tuple[int, list[TaskInfo]]] = {}

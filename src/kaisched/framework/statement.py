@@ -169,6 +169,8 @@ class Statement:
     def commit(self) -> None:
         """Make the operations decisions of this cycle, in log order."""
         ssn = self.ssn
+        if self._ops:
+            ssn.commits += 1
         # an eviction that a later put-back in this statement cancels is no eviction
         live_evict: dict[str, int] = {}
         cancelled: set[int] = set()
