@@ -33,6 +33,10 @@ EPS = 1e-9
 Vec3 = list[float]
 
 
+#: most victim-queue keys remembered per session (a solver asks for the same ones over and over)
+VICTIM_KEY_MEMO_SIZE = 500_000
+
+
 @dataclass(slots=True, eq=False)
 class QueueAttributes:
     name: str
@@ -139,6 +143,7 @@ class ProportionPlugin(Plugin):
         self.total: Vec3 = _vec(ssn.snapshot.total)
         self.queues: dict[str, QueueAttributes] = {}
         self._job_requests: dict[str, tuple[int, Vec3]] = {}
+        self._victim_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
             self.queues[name] = QueueAttributes(
@@ -263,7 +268,16 @@ class ProportionPlugin(Plugin):
         q = self.queues[queue]
         held = [q.allocated[r] - removed[r] for r in range(3)]
         without = [held[r] - candidate[r] for r in range(3)]
-        return self._order_key(q, held, held, without)
+        # the key depends only on these amounts (a queue's fair share, deserved quota and priority are fixed
+        # for the session): victim queues ask for the same ones over and over while a solver searches
+        memo = (queue, *held, *without)
+        keys = self._victim_keys
+        key = keys.get(memo)
+        if key is None:
+            if len(keys) >= VICTIM_KEY_MEMO_SIZE:
+                keys.clear()
+            key = keys[memo] = self._order_key(q, held, held, without)
+        return key
 
     @staticmethod
     def _order_key(q: QueueAttributes, used: Vec3, with_job: Vec3, without_job: Vec3) -> tuple[object, ...]:
