@@ -1,10 +1,12 @@
 """``python -m benchmarks``: time and sanity-check kaisched cycles on generated clusters.
 
-Two suites:
+Three suites:
 
 * ``allocate`` (the default): one allocate cycle on 1,000-node clusters (``benchmarks/allocate.py``);
 * ``actions``: KAI's action benchmark shapes, one action each on 10 to 1,000 nodes, and heavier
-  variants of reclaim, preempt and consolidation that make the action evict (``benchmarks/actions.py``).
+  variants of reclaim, preempt and consolidation that make the action evict (``benchmarks/actions.py``);
+* ``scale``: issue 9's 5,000-node cluster, an allocate cycle, a full cycle and the steady-state cycle after
+  it (``benchmarks/scale.py``).
 
 Each scenario (each shape and size) runs in a fresh interpreter (so that the process peak memory is its
 own); the parent collects the figures and prints the tables. Exit status 1 when a sanity check fails,
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import kaisched
-from benchmarks import actions
+from benchmarks import actions, scale
 from benchmarks.allocate import (
     NOW,
     Inventory,
@@ -39,35 +41,37 @@ from benchmarks.allocate import (
 from benchmarks.clusters import SCENARIOS
 
 _ROOT = Path(__file__).resolve().parent.parent
-SUITES = ("allocate", "actions", "all")
+SUITES = ("allocate", "actions", "scale", "all")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Time kaisched scheduling cycles on generated clusters and check that their outcome makes "
-                    "sense. Suites: 'allocate' (one allocate cycle on 1,000 nodes x 8 GPUs) and 'actions' (KAI's "
+                    "sense. Suites: 'allocate' (one allocate cycle on 1,000 nodes x 8 GPUs), 'actions' (KAI's "
                     "action benchmark set-ups: allocate, reclaim-kai, preempt-kai, consolidation-kai, "
-                    "reclaim-large-jobs; and the heavier, evicting variants reclaim, preempt, consolidation). "
+                    "reclaim-large-jobs; and the heavier, evicting variants reclaim, preempt, consolidation) and "
+                    "'scale' (issue 9: 5,000 nodes x 8 GPUs, 50,000 pending pods: scale, scale-full, scale-steady). "
                     "Exits 1 when a check fails.",
     )
     p.add_argument("--suite", choices=SUITES,
                    help="what to run (default: 'allocate', with --smoke 'all'; --scenario implies its suite)")
     p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes for CI (20-node allocate scenarios, 10-node action shapes): a few seconds")
-    p.add_argument("--scenario", choices=(*SCENARIOS, *actions.SHAPES), action="append",
+                   help="tiny sizes for CI (20-node allocate scenarios, 10-node action shapes, 50-node scale "
+                        "shapes): a few seconds")
+    p.add_argument("--scenario", choices=(*SCENARIOS, *actions.SHAPES, *scale.SHAPES), action="append",
                    help="run only this scenario or action shape (repeatable)")
     p.add_argument("--nodes", type=int, action="append", metavar="N",
                    help="action shapes: run these node counts instead of the shape's sizes (repeatable)")
     p.add_argument("--repeat", type=int, metavar="N",
-                   help="timed cycles per scenario (default: 3 for allocate, the best is reported; 5 for actions, "
-                        "the median is reported)")
+                   help="timed cycles per scenario (default: 3 for allocate, the best is reported; 5 for actions "
+                        "and scale, 2 for scale with --smoke, the median is reported)")
     p.add_argument("--budget", type=float, default=120.0, metavar="S",
-                   help="action shapes: stop repeating once the cycles took S seconds (at least one runs), and "
-                        "skip the traced cycle when it would take longer (default: %(default)s)")
+                   help="action and scale shapes: stop repeating once the cycles took S seconds (at least one "
+                        "runs), and skip the traced cycle when it would take longer (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
-                   help="action shapes: give up on one size after S seconds in all (reported as a timeout, "
-                        "not a failure; default: %(default)s)")
+                   help="action and scale shapes: give up on one size (shape) after S seconds in all (reported "
+                        "as a timeout, not a failure; default: %(default)s)")
     p.add_argument("--actions", default="allocate",
                    help="allocate suite: 'allocate' (default: one allocate cycle), 'default' (KAI's default "
                         "action list) or a comma-separated list of actions")
@@ -75,11 +79,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="skip the extra tracemalloc cycle that measures Python allocation peak")
     p.add_argument("--in-process", action="store_true",
                    help="run every scenario in this process (the RSS column then is the running maximum)")
-    p.add_argument("--markdown", action="store_true", help="print the action table as Markdown")
+    p.add_argument("--markdown", action="store_true", help="print the action and scale tables as Markdown")
     p.add_argument("--json", metavar="FILE", type=Path, help="also write the figures as JSON to FILE ('-': stdout)")
-    p.add_argument("--profile", choices=(*SCENARIOS, *actions.SHAPES), metavar="SCENARIO",
+    p.add_argument("--profile", choices=(*SCENARIOS, *actions.SHAPES, *scale.SHAPES), metavar="SCENARIO",
                    help="instead of timing, print the top cProfile entries of one cycle of SCENARIO (an action "
-                        "shape on its --nodes, default 100, 10 with --smoke)")
+                        "shape on its --nodes, default 100, 10 with --smoke; scale-steady: cycle 2 only)")
     p.add_argument("--top", type=int, default=25, metavar="N", help="entries printed by --profile (default: 25)")
     p.add_argument("--sort", default="cumulative", choices=("cumulative", "tottime", "ncalls"),
                    help="order of --profile entries (default: %(default)s)")
@@ -94,21 +98,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     large = "reclaim-large-jobs"
     if args.nodes and min(args.nodes) < 10 and (args.profile == large or large in selected(args)[1]):
         p.error(f"{large} needs --nodes of at least 10 (its job has nodes/10 pods)")
-    if args.suite in ("allocate", "actions") and args.scenario:
-        members = SCENARIOS if args.suite == "allocate" else actions.SHAPES
+    if args.suite in ("allocate", "actions", "scale") and args.scenario:
+        members = {"allocate": SCENARIOS, "actions": actions.SHAPES, "scale": scale.SHAPES}[args.suite]
         wrong = [s for s in args.scenario if s not in members]
         if wrong:
             p.error(f"--scenario {wrong[0]} is not in --suite {args.suite}")
     return args
 
 
-def selected(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The allocate scenarios and the action shapes to run."""
+def selected(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+    """The allocate scenarios, the action shapes and the scale shapes to run."""
     if args.scenario:
-        return ([s for s in SCENARIOS if s in args.scenario], [s for s in actions.SHAPES if s in args.scenario])
+        return ([s for s in SCENARIOS if s in args.scenario], [s for s in actions.SHAPES if s in args.scenario],
+                [s for s in scale.SHAPES if s in args.scenario])
     suite = args.suite or ("all" if args.smoke else "allocate")
     return (list(SCENARIOS) if suite in ("allocate", "all") else [],
-            list(actions.SHAPES) if suite in ("actions", "all") else [])
+            list(actions.SHAPES) if suite in ("actions", "all") else [],
+            list(scale.SHAPES) if suite in ("scale", "all") else [])
 
 
 def action_runs(args: argparse.Namespace, shapes: list[str]) -> list[tuple[str, int]]:
@@ -126,6 +132,8 @@ def _print_profile(prof: cProfile.Profile, args: argparse.Namespace) -> None:
 def profile(args: argparse.Namespace) -> int:
     if args.profile in actions.SHAPES:
         return profile_action(args)
+    if args.profile in scale.SHAPES:
+        return profile_scale(args)
     cluster, gen_s = generate(args.profile, args.smoke)
     config = scheduler_config(args.actions)
     print(f"{args.profile}: {cluster.description}; {len(cluster.objects):,} objects generated in {gen_s:.3f} s")
@@ -154,6 +162,28 @@ def profile_action(args: argparse.Namespace) -> int:
     prof.disable()
     wall = time.perf_counter() - t0
     failures = actions.check(cluster, actions.Census.of(cluster.objects), result)
+    print(f"{wall:.3f} s under cProfile; {len(result.binds):,} binds, {len(result.pipelined):,} pipelined, "
+          f"{len(result.evictions):,} evictions; checks: {'ok' if not failures else 'FAIL'}")
+    for f in failures:
+        print(f"  FAIL {f}")
+    _print_profile(prof, args)
+    return 1 if failures else 0
+
+
+def profile_scale(args: argparse.Namespace) -> int:
+    shape = args.profile
+    t0 = time.perf_counter()
+    cluster, census, cycle = scale.profile_cycle(shape, args.smoke)
+    what = "cycle 2 (cycle 1 and its binds already done)" if shape == "scale-steady" else "one cycle"
+    print(f"{shape} ({scale.ACTIONS[shape]}): {cluster.description}; {len(cluster.objects):,} objects; set-up "
+          f"{time.perf_counter() - t0:.1f} s; profiling {what}")
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    result = cycle()
+    prof.disable()
+    wall = time.perf_counter() - t0
+    failures = scale.check(shape, census, result)
     print(f"{wall:.3f} s under cProfile; {len(result.binds):,} binds, {len(result.pipelined):,} pipelined, "
           f"{len(result.evictions):,} evictions; checks: {'ok' if not failures else 'FAIL'}")
     for f in failures:
@@ -209,11 +239,35 @@ def _run_action(args: argparse.Namespace, shape: str, nodes: int, repeat: int) -
     return actions.ActionMeasurement.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+def _run_scale(args: argparse.Namespace, shape: str, repeat: int) -> scale.ScaleMeasurement:
+    if args.in_process:
+        return scale.measure(shape, smoke=args.smoke, repeat=repeat, budget_s=args.budget,
+                             trace_memory=not args.no_trace, log=_log)
+    cmd = [sys.executable, "-m", "benchmarks", "--worker", "--scenario", shape, "--budget", str(args.budget),
+           *_common_flags(args, repeat)]
+    try:
+        proc = subprocess.run(cmd, env=_worker_env(), stdout=subprocess.PIPE, text=True, check=False,
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return scale.ScaleMeasurement.timed_out(shape, args.smoke, args.timeout)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise SystemExit(f"benchmark worker for {shape!r} failed (exit {proc.returncode})")
+    return scale.ScaleMeasurement.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def worker(args: argparse.Namespace) -> int:
     scenario = args.scenario[0]
-    if scenario in actions.SHAPES:
+    if scenario in scale.SHAPES:
+        m: Measurement | actions.ActionMeasurement | scale.ScaleMeasurement = scale.measure(
+            scenario, smoke=args.smoke, repeat=args.repeat or (scale.SMOKE_REPEAT if args.smoke else 5),
+            budget_s=args.budget, trace_memory=not args.no_trace, log=_log)
+    elif scenario in actions.SHAPES:
         nodes = args.nodes[0] if args.nodes else actions.sizes(scenario, args.smoke)[0]
-        m: Measurement | actions.ActionMeasurement = actions.measure(
+        m = actions.measure(
             scenario, nodes, smoke=args.smoke, repeat=args.repeat or 5, budget_s=args.budget,
             trace_memory=not args.no_trace)
     else:
@@ -229,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         return profile(args)
     if args.worker:
         return worker(args)
-    scenarios, shapes = selected(args)
+    scenarios, shapes, scale_shapes = selected(args)
     alloc_repeat = args.repeat or 3
     action_repeat = args.repeat or 5
+    scale_repeat = args.repeat or (scale.SMOKE_REPEAT if args.smoke else 5)
     smoke = " (smoke)" if args.smoke else ""
 
     allocate_results: list[Measurement] = []
@@ -242,22 +297,30 @@ def main(argv: list[str] | None = None) -> int:
     for shape, nodes in action_runs(args, shapes):
         print(f"running {shape} on {nodes} nodes{smoke} ...", file=sys.stderr, flush=True)
         action_results.append(_run_action(args, shape, nodes, action_repeat))
+    scale_results: list[scale.ScaleMeasurement] = []
+    for shape in scale_shapes:
+        print(f"running {shape}{smoke} ...", file=sys.stderr, flush=True)
+        scale_results.append(_run_scale(args, shape, scale_repeat))
 
     reports: list[str] = []
     if allocate_results:
         reports.append(format_report(allocate_results, alloc_repeat))
     if action_results:
         reports.append(actions.format_report(action_results, action_repeat, args.markdown))
+    if scale_results:
+        reports.append(scale.format_report(scale_results, scale_repeat, args.markdown))
     print("\n\n".join(reports))
     if args.json is not None:
         records: list[dict[str, Any]] = [m.to_dict() for m in allocate_results]
         records += [m.to_dict() for m in action_results]
+        records += [m.to_dict() for m in scale_results]
         text = json.dumps(records, indent=2)
         if str(args.json) == "-":
             print(text)
         else:
             args.json.write_text(text + "\n")
-    ok = all(m.ok for m in allocate_results) and all(m.ok for m in action_results)
+    ok = (all(m.ok for m in allocate_results) and all(m.ok for m in action_results)
+          and all(m.ok for m in scale_results))
     return 0 if ok else 1
 
 
