@@ -18,9 +18,9 @@ from kaisched.model.job import PodGroupInfo
 class _QueueNode:
     __slots__ = ("children", "dirty", "heap", "key", "name", "parent")
 
-    def __init__(self, name: str, parent: _QueueNode | None) -> None:
+    def __init__(self, name: str, parent: str | None) -> None:
         self.name = name
-        self.parent = parent
+        self.parent = parent  # by name, not by reference: no reference cycles, freed as soon as dropped
         self.children: list[_QueueNode] = []
         self.heap: list[tuple[tuple[object, ...], int, PodGroupInfo]] = []  # leaf only
         self.key: tuple[object, ...] | None = None
@@ -37,7 +37,7 @@ class JobsQueue:
         for name in tree.depth_first():
             q = tree.queues[name]
             parent = self._nodes[q.parent] if q.parent is not None else None
-            node = _QueueNode(name, parent)
+            node = _QueueNode(name, q.parent if parent is not None else None)
             self._nodes[name] = node
             if parent is None:
                 self._roots.append(node)
@@ -61,7 +61,7 @@ class JobsQueue:
     def _mark_dirty(self, node: _QueueNode | None) -> None:
         while node is not None:
             node.dirty = True
-            node = node.parent
+            node = self._nodes[node.parent] if node.parent is not None else None
 
     def _best_job(self, node: _QueueNode) -> PodGroupInfo | None:
         """The job a pop through this node would return (without removing it)."""

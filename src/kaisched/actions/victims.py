@@ -49,7 +49,7 @@ class Chunk:
 @dataclass(slots=True, eq=False)
 class _Node:
     name: str
-    parent: _Node | None
+    parent: str | None  # by name, not by reference: no reference cycles, freed as soon as dropped
     children: list[_Node] = field(default_factory=list)
     heap: list[tuple[_Reversed, int, PodGroupInfo]] = field(default_factory=list)
     removed: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # taken from this subtree so far
@@ -76,7 +76,7 @@ class VictimQueue:
         for name in tree.depth_first():
             q = tree.queues[name]
             parent = self._nodes[q.parent] if q.parent is not None else None
-            node = _Node(name, parent)
+            node = _Node(name, q.parent if parent is not None else None)
             self._nodes[name] = node
             (parent.children if parent is not None else self._roots).append(node)
         self._chunks: dict[str, tuple[int, int, list[TaskInfo]]] = {}
@@ -184,7 +184,7 @@ class VictimQueue:
         while cur is not None:
             for r in range(3):
                 cur.removed[r] += amount[r]
-            cur = cur.parent
+            cur = self._nodes[cur.parent] if cur.parent is not None else None
         if any(self._remaining(job).values()):
             self._push(job)
         return Chunk(job, tasks)
