@@ -45,6 +45,9 @@ class QueueInfo:
 class QueueTree:
     queues: dict[str, QueueInfo]
     roots: list[str]
+    # depth-first order, computed once (the tree is complete when the snapshot is built; the job and victim
+    # queues walk it for every simulation); checked against the tree's size in case a tree is grown later
+    _depth_first: tuple[int, int, list[str]] | None = field(default=None, repr=False, compare=False)
 
     def ancestors(self, name: str) -> list[str]:
         """The queue itself and its ancestors, leaf first."""
@@ -56,6 +59,14 @@ class QueueTree:
         return out
 
     def depth_first(self) -> list[str]:
+        cached = self._depth_first
+        if cached is not None and cached[0] == len(self.queues) and cached[1] == len(self.roots):
+            return cached[2]
+        out = self._walk()
+        self._depth_first = (len(self.queues), len(self.roots), out)
+        return out
+
+    def _walk(self) -> list[str]:
         out: list[str] = []
         stack = list(reversed(self.roots))
         while stack:
