@@ -34,7 +34,15 @@ class JobsQueue:
         tree = ssn.queues
         self._nodes: dict[str, _QueueNode] = {}
         self._roots: list[_QueueNode] = []
+        # only the queues of these jobs and their ancestors (a queue without jobs never wins a pop; the
+        # solver builds a queue of a few victims' jobs for every simulation)
+        needed: set[str] = set()
+        for job in jobs:
+            if job.queue not in needed and job.queue in tree.queues:
+                needed.update(tree.ancestors(job.queue))
         for name in tree.depth_first():
+            if name not in needed:
+                continue
             q = tree.queues[name]
             parent = self._nodes[q.parent] if q.parent is not None else None
             node = _QueueNode(name, q.parent if parent is not None else None)
