@@ -71,6 +71,7 @@ from kaisched.framework.result import Placement
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
+from kaisched.sim.engine import annotated_pod_group, bound_pod
 
 SHAPES: Final = ("scale", "scale-full", "scale-steady")
 #: The configuration each shape's timed cycle runs (None: KAI's default action list).
@@ -344,32 +345,14 @@ def apply_binds(prepared: ParsedObjects, result: kaisched.CycleResult) -> Parsed
     index = {f"{p.meta.namespace}/{p.meta.name}": i for i, p in enumerate(pods)}
     for b in result.binds:
         i = index.get(b.pod)
-        if i is None:
-            continue
-        pod = pods[i]
-        labels = dict(pod.meta.labels)
-        if len(b.gpu_groups) == 1:
-            labels[C.GPU_GROUP_LABEL] = b.gpu_groups[0]
-        else:
-            for g in b.gpu_groups:
-                labels[f"{C.GPU_GROUP_LABEL}/{g}"] = g
-        pods[i] = replace(pod, node_name=b.node, phase="Running", meta=replace(pod.meta, labels=labels))
+        if i is not None:
+            pods[i] = bound_pod(pods[i], b)
     groups = list(prepared.pod_groups)
     group_index = {f"{g.meta.namespace}/{g.meta.name}": i for i, g in enumerate(groups)}
     for status in result.pod_groups:
         j = group_index.get(status.name)
-        if j is None:
-            continue
-        pg = groups[j]
-        ann = dict(pg.meta.annotations)
-        for key, value in ((C.LAST_START_TIMESTAMP_ANNOTATION, status.last_start),
-                           (C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, status.stale_since)):
-            if value:
-                ann[key] = value
-            else:
-                ann.pop(key, None)
-        if ann != pg.meta.annotations:
-            groups[j] = replace(pg, meta=replace(pg.meta, annotations=ann))
+        if j is not None:
+            groups[j] = annotated_pod_group(groups[j], status)
     # the engine's cycle objects: no workloads (expanded at arrival), no errors (reported at arrival)
     return ParsedObjects(nodes=prepared.nodes, pods=pods, queues=prepared.queues, pod_groups=groups,
                          priority_classes=prepared.priority_classes, topologies=prepared.topologies)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError
 
 
@@ -39,6 +40,11 @@ class PodGroupStatus:
     message: str | None
     last_start: str | None = None  # RFC3339
     stale_since: str | None = None
+
+    def annotations(self) -> dict[str, str | None]:
+        """The PodGroup annotations this status sets (None: the annotation is removed)."""
+        return {C.LAST_START_TIMESTAMP_ANNOTATION: self.last_start or None,
+                C.STALE_PODGROUP_TIMESTAMP_ANNOTATION: self.stale_since or None}
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "queue": self.queue, "status": self.status, "reason": self.reason,

@@ -336,3 +336,20 @@ class ParsedObjects:
     topologies: list[Topology] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
     errors: list[ObjectError] = field(default_factory=list)
+
+    def add(self, obj: KubeObject) -> None:
+        """Append a parsed object to the list of its kind."""
+        if isinstance(obj, Pod):
+            self.pods.append(obj)
+        elif isinstance(obj, Node):
+            self.nodes.append(obj)
+        elif isinstance(obj, PodGroup):
+            self.pod_groups.append(obj)
+        elif isinstance(obj, Queue):
+            self.queues.append(obj)
+        elif isinstance(obj, Topology):
+            self.topologies.append(obj)
+        elif isinstance(obj, Workload):
+            self.workloads.append(obj)
+        else:
+            self.priority_classes.append(obj)

@@ -226,21 +226,7 @@ class _Parser:
         self.result.errors.append(ObjectError(label, "metadata.name", message))
 
     def _store(self, obj: KubeObject) -> None:
-        result = self.result
-        if isinstance(obj, Pod):
-            result.pods.append(obj)
-        elif isinstance(obj, Node):
-            result.nodes.append(obj)
-        elif isinstance(obj, PodGroup):
-            result.pod_groups.append(obj)
-        elif isinstance(obj, Queue):
-            result.queues.append(obj)
-        elif isinstance(obj, Topology):
-            result.topologies.append(obj)
-        elif isinstance(obj, Workload):
-            result.workloads.append(obj)
-        else:
-            result.priority_classes.append(obj)
+        self.result.add(obj)
 
 
 def _namespace(metadata: Mapping[str, Any], namespaced: bool) -> object:

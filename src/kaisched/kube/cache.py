@@ -21,18 +21,13 @@ from typing import Any
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import (
     KubeObject,
-    Node,
     ObjectError,
     ParsedObjects,
     Pod,
-    PodGroup,
-    PriorityClass,
-    Queue,
-    Topology,
-    Workload,
 )
 from kaisched.k8s.parse import parse_objects
 from kaisched.kube.api import Api, ApiError
+from kaisched.model.gpu import gpu_group_labels
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +67,7 @@ class ParseCache:
                 entries[ck] = entry
             out.errors.extend(entry.errors)
             if entry.obj is not None:
-                _add(out, entry.obj)
+                out.add(entry.obj)
         for ck in [k for k in entries if k[0] == kind and k not in seen]:
             del entries[ck]
 
@@ -85,23 +80,6 @@ def _parse_one(doc: Json, rv: str) -> _Parsed:
     objs: list[KubeObject] = [*parsed.nodes, *parsed.pods, *parsed.queues, *parsed.pod_groups,
                               *parsed.priority_classes, *parsed.topologies, *parsed.workloads]
     return _Parsed(rv, objs[0] if objs else None, list(parsed.errors))
-
-
-def _add(out: ParsedObjects, obj: KubeObject) -> None:
-    if isinstance(obj, Pod):
-        out.pods.append(obj)
-    elif isinstance(obj, Node):
-        out.nodes.append(obj)
-    elif isinstance(obj, PodGroup):
-        out.pod_groups.append(obj)
-    elif isinstance(obj, Queue):
-        out.queues.append(obj)
-    elif isinstance(obj, PriorityClass):
-        out.priority_classes.append(obj)
-    elif isinstance(obj, Topology):
-        out.topologies.append(obj)
-    elif isinstance(obj, Workload):
-        out.workloads.append(obj)
 
 
 def overlay(pods: Iterable[tuple[str, Json]], binds: Mapping[str, tuple[str, tuple[str, ...]]],
@@ -118,12 +96,8 @@ def overlay(pods: Iterable[tuple[str, Json]], binds: Mapping[str, tuple[str, tup
         placed = binds.get(key)
         if placed is not None and not spec.get("nodeName"):
             node, groups = placed
-            labels = dict(meta.get("labels") or {})
-            if len(groups) == 1:
-                labels[C.GPU_GROUP_LABEL] = groups[0]
-            else:
-                for g in groups:
-                    labels[f"{C.GPU_GROUP_LABEL}/{g}"] = g
+            labels = {**(meta.get("labels") or {}), **gpu_group_labels(groups)} if groups else \
+                dict(meta.get("labels") or {})
             # the resourceVersion changes too, so the parse cache does not serve the unbound pod
             meta = {**meta, "labels": labels, "resourceVersion": f"{meta.get('resourceVersion', '')}+bind:{node}"}
             pod = {**pod, "metadata": meta, "spec": {**spec, "nodeName": node}}

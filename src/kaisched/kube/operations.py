@@ -51,6 +51,7 @@ from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.quantity import QuantityError, parse_quantity
 from kaisched.kube.api import JSON, ApiError
+from kaisched.model.gpu import gpu_group_labels, is_gpu_group_label
 
 JSON_CONTENT = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -315,14 +316,10 @@ class Bind(Operation):
         out: list[Operation] = [new_event(self.pod, "Warning", "FailedBinding", message, now, seq)]
         if error.status != 409:  # 409: the pod is bound elsewhere; its scheduling condition is not ours
             out.append(PodCondition(self.pod, pod_scheduled_condition("BindingError", message, now)))
-            gpu_labels = {k: None for k in self.labels if _is_gpu_group_label(k)}
+            gpu_labels = {k: None for k in self.labels if is_gpu_group_label(k)}
             if gpu_labels and step > 0:  # the labels were written: roll them back, as KAI's binder does
                 out.append(PodMetadataPatch(self.pod, labels=gpu_labels, purpose="rollback"))
         return out
-
-
-def _is_gpu_group_label(key: str) -> bool:
-    return key == C.GPU_GROUP_LABEL or key.startswith(C.GPU_GROUP_LABEL + "/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -856,11 +853,7 @@ class _Cycle:
         annotations: dict[str, str] = {}
         groups = placement.gpu_groups
         if groups:
-            if len(groups) == 1:
-                labels[C.GPU_GROUP_LABEL] = groups[0]
-            else:
-                for g in groups:
-                    labels[f"{C.GPU_GROUP_LABEL}/{g}"] = g
+            labels.update(gpu_group_labels(groups))
             annotations[C.RECEIVED_RESOURCE_TYPE_ANNOTATION] = C.RECEIVED_RESOURCE_TYPE_FRACTION
         elif _requests_mig(pod):
             annotations[C.RECEIVED_RESOURCE_TYPE_ANNOTATION] = C.RECEIVED_RESOURCE_TYPE_MIG_INSTANCE
@@ -997,8 +990,7 @@ class _Cycle:
     def annotations_patch(status: PodGroupStatus, group: Mapping[str, Any]) -> dict[str, str | None]:
         have = _annotations(group)
         out: dict[str, str | None] = {}
-        for key, value in ((C.LAST_START_TIMESTAMP_ANNOTATION, status.last_start),
-                           (C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, status.stale_since)):
+        for key, value in status.annotations().items():
             wanted = _seconds(value)
             current = have.get(key)
             if wanted is None:

@@ -219,6 +219,18 @@ def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None) -> 
     return GpuRequest(GpuKind.MEMORY, count, memory_mib=float(memory), mps=mps, container=container), err
 
 
+def gpu_group_labels(groups: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The labels naming a bound pod's GPU groups (what KAI's binder writes): ``runai-gpu-group=<g>`` for one
+    device, ``runai-gpu-group/<g>=<g>`` per device for several; the inverse of :func:`gpu_groups_of`."""
+    if len(groups) == 1:
+        return {C.GPU_GROUP_LABEL: groups[0]}
+    return {f"{C.GPU_GROUP_LABEL}/{g}": g for g in groups}
+
+
+def is_gpu_group_label(key: str) -> bool:
+    return key == C.GPU_GROUP_LABEL or key.startswith(C.GPU_GROUP_LABEL + "/")
+
+
 def gpu_groups_of(labels: dict[str, str] | object) -> tuple[str, ...]:
     """The GPU groups a pod's labels name: ``runai-gpu-group=<g>`` or ``runai-gpu-group/<g>=<g>`` per device."""
     if not isinstance(labels, dict):

@@ -31,10 +31,11 @@ from datetime import UTC, datetime, timedelta
 
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import SchedulerConfig
-from kaisched.framework.result import CycleResult
+from kaisched.framework.result import CycleResult, Placement, PodGroupStatus
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod, PodGroup
 from kaisched.k8s.parse import parse_objects
+from kaisched.model.gpu import gpu_group_labels, is_gpu_group_label
 from kaisched.model.pod_facts import pod_facts
 from kaisched.sim.metrics import summarize
 from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario, SimResult
@@ -235,21 +236,13 @@ class Simulator:
     def _apply(self, result: CycleResult, t: float) -> None:
         for b in result.binds:
             pod = self.pods.get(b.pod)
-            if pod is None:
-                continue
-            labels = dict(pod.meta.labels)
-            if len(b.gpu_groups) == 1:
-                labels[C.GPU_GROUP_LABEL] = b.gpu_groups[0]
-            else:
-                for g in b.gpu_groups:
-                    labels[f"{C.GPU_GROUP_LABEL}/{g}"] = g
-            self.pods[b.pod] = replace(pod, node_name=b.node, phase="Running",
-                                       meta=replace(pod.meta, labels=labels))
+            if pod is not None:
+                self.pods[b.pod] = bound_pod(pod, b)
         for e in result.evictions:
             pod = self.pods.get(e.pod)
             if pod is None:
                 continue
-            labels = {k: v for k, v in pod.meta.labels.items() if not k.startswith(C.GPU_GROUP_LABEL)}
+            labels = {k: v for k, v in pod.meta.labels.items() if not is_gpu_group_label(k)}
             self.pods[e.pod] = replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels))
             job = self.job_of_pod.get(e.pod)
             if job is not None and job.run_start is not None:
@@ -259,21 +252,8 @@ class Simulator:
                 job.run += 1
         for status in result.pod_groups:
             pg = self.groups.get(status.name)
-            if pg is None:
-                continue
-            current = pg.meta.annotations
-            if current.get(C.LAST_START_TIMESTAMP_ANNOTATION) == (status.last_start or None) and current.get(
-                    C.STALE_PODGROUP_TIMESTAMP_ANNOTATION) == (status.stale_since or None):
-                continue
-            ann = dict(current)
-            for key, value in ((C.LAST_START_TIMESTAMP_ANNOTATION, status.last_start),
-                               (C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, status.stale_since)):
-                if value:
-                    ann[key] = value
-                else:
-                    ann.pop(key, None)
-            if ann != pg.meta.annotations:
-                self.groups[status.name] = replace(pg, meta=replace(pg.meta, annotations=ann))
+            if pg is not None:
+                self.groups[status.name] = annotated_pod_group(pg, status)
 
     def _update_jobs(self, t: float) -> None:
         """Start the jobs not running yet whose every PodGroup has its minimum of pods on nodes (only the
@@ -334,6 +314,25 @@ class Simulator:
             running_jobs=sum(1 for j in active if j.run_start is not None),
             queues={k: v for k, v in queues.items() if k not in parents},
         )
+
+
+def bound_pod(pod: Pod, placement: Placement) -> Pod:
+    """The pod after its bind: on its node, Running, with its GPU groups' labels."""
+    labels = {**pod.meta.labels, **gpu_group_labels(placement.gpu_groups)} if placement.gpu_groups else \
+        pod.meta.labels
+    return replace(pod, node_name=placement.node, phase="Running", meta=replace(pod.meta, labels=labels))
+
+
+def annotated_pod_group(pg: PodGroup, status: PodGroupStatus) -> PodGroup:
+    """The PodGroup with the last-start and stale timestamps the cycle reported (the same object when they
+    are already there)."""
+    current = pg.meta.annotations
+    changes = status.annotations()
+    if all(current.get(key) == value for key, value in changes.items()):
+        return pg
+    ann = {k: v for k, v in current.items() if k not in changes}
+    ann.update({k: v for k, v in changes.items() if v is not None})
+    return replace(pg, meta=replace(pg.meta, annotations=ann))
 
 
 def _pod_gpus(pod: Pod) -> float:

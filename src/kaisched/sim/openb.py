@@ -33,6 +33,7 @@ from kaisched.cluster.schedule import resolve_config, schedule
 from kaisched.framework.config import DEFAULT_PLUGINS, SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
+from kaisched.model.gpu import gpu_group_labels
 from kaisched.sim.model import Obj
 from kaisched.sim.traces import OpenBPod, job_objects, openb_nodes, queue_objects, read_openb_pods
 
@@ -209,9 +210,8 @@ def sequential_binds(nodes: Sequence[Obj], arrivals: Sequence[OpenBPod],
         (bind,) = result.binds
         placed[i] = (bind.node, groups(i, bind.gpu_groups))
         group, p = objs
-        labels = dict(p["metadata"]["labels"])
-        for g in bind.gpu_groups:
-            labels[C.GPU_GROUP_LABEL] = g
+        labels = {**p["metadata"]["labels"], **gpu_group_labels(bind.gpu_groups)} if bind.gpu_groups else \
+            dict(p["metadata"]["labels"])
         running.append(group)
         running.append({**p, "metadata": {**p["metadata"], "labels": labels},
                         "spec": {**p["spec"], "nodeName": bind.node}, "status": {"phase": "Running"}})
