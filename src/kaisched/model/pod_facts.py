@@ -10,7 +10,6 @@ with the pods that changed, not with all pods. Facts are kept for the pods of th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from threading import Lock
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import Pod
@@ -60,8 +59,7 @@ class PodFacts:
         return self._vector.copy()
 
 
-_CACHE: dict[int, PodFacts] = {}
-_LOCK = Lock()
+_CACHE: dict[int, PodFacts] = {}  # by Pod identity; entries are checked against the pod, so races only miss
 
 
 def pod_facts(pod: Pod) -> PodFacts:
@@ -82,21 +80,15 @@ def pod_facts(pod: Pod) -> PodFacts:
         key=f"{pod.meta.namespace}/{pod.meta.name}",
         group_name=pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION),
     )
-    with _LOCK:
-        _CACHE[id(pod)] = f
+    _CACHE[id(pod)] = f
     return f
 
 
 def retain(pods: list[Pod]) -> None:
     """Forget the facts of every pod not in ``pods`` (called once per snapshot; keeps the cache bounded)."""
-    with _LOCK:
-        kept = {}
-        for pod in pods:
-            f = _CACHE.get(id(pod))
-            if f is not None and f.pod is pod:
-                kept[id(pod)] = f
-        _CACHE.clear()
-        _CACHE.update(kept)
+    kept = {id(p): f for p in pods if (f := _CACHE.get(id(p))) is not None and f.pod is p}
+    _CACHE.clear()
+    _CACHE.update(kept)
 
 
 def _task_priority(pod: Pod) -> int | None:
