@@ -61,6 +61,8 @@ class EvictingAction(Action):
     """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
 
     _pool: tuple[int, list[PodGroupInfo]] | None = None  # (ssn.commits, preemptible running jobs)
+    #: every victim must be placed again (the action only moves pods): the solver prunes accordingly
+    moves_only = False
 
     def candidates(self, ssn: Session) -> list[PodGroupInfo]:
         return pending_jobs(ssn)
@@ -122,7 +124,7 @@ class EvictingAction(Action):
                 handler(job)
             stmt = Statement(ssn)
             solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
-                                  self.max_victim_jobs(ssn))
+                                  self.max_victim_jobs(ssn), moves_only=self.moves_only)
             scenario = solver.run(stmt)
             if scenario is None:
                 stmt.discard()
@@ -214,6 +216,7 @@ class ConsolidationAction(EvictingAction):
     """Move running preemptible pods so that a pending job fits, evicting nobody for good (spec 4.10)."""
 
     name = "consolidation"
+    moves_only = True
 
     def candidates(self, ssn: Session) -> list[PodGroupInfo]:
         if ssn.params.max_consolidation_preemptees == 0:

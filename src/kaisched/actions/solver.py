@@ -19,6 +19,10 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
   stay evicted, and a victim gang left below its minimum is evicted whole. P must be placed entirely and every
   validator must accept the scenario; otherwise this node's evictions are rolled back and the next node is
   tried.
+* **Moves only** (consolidation: every victim must be placed again): a scenario is rejected without
+  simulation when P's and the victims' whole-GPU pods cannot be packed into the GPUs there would be
+  (:class:`MovePacking`, a relaxation that never rejects a scenario the simulation could solve), and a
+  simulation stops as soon as one victim is left evicted (the validator would reject it anyway).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class VictimSolver:
         validators: list[Validator],
         message: MessageFn,
         max_victim_jobs: int = -1,
+        moves_only: bool = False,
     ) -> None:
         self.ssn = ssn
         self.action = action
@@ -63,6 +68,8 @@ class VictimSolver:
         self.validators = validators
         self.message = message
         self.max_victim_jobs = max_victim_jobs
+        self.moves_only = moves_only
+        self._packing: MovePacking | None = None
         self.chunks: list[Chunk] = []
         self._exhausted = False
         self._e_lists: tuple[list[int], list[float], list[int]] = ([], [], [])
@@ -229,14 +236,23 @@ class VictimSolver:
                 candidates = ssn.tasks_to_allocate(job)
                 shape = (job.queue, tuple((t.signature, t.req.tobytes(), t.gpu) for t in candidates))
                 if shape in failed:
-                    continue
-                if not allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=candidates,
-                                    node_mask=mask):
+                    ok = False
+                elif not allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=candidates,
+                                      node_mask=mask):
                     failed.add(shape)
-                elif any(t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)):
-                    queue.push(job)
+                    ok = False
+                else:
+                    ok = True
+                    if any(t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)):
+                        queue.push(job)
+                if not ok and self.moves_only and _left_evicted(job, ssn.revivable):
+                    break  # a job is never tried twice: its evicted pods stay evicted
         finally:
             ssn.revivable.clear()
+        if self.moves_only and any(t.status is TaskStatus.RELEASING for t in evict):
+            # a victim stays evicted: rejected (evicting broken gangs whole would only add victims)
+            stmt.rollback(checkpoint)
+            return None
         if placed:
             self._evict_broken_gangs(stmt, scenario)
         if placed and all(t.is_active_allocated for t in tasks) and all(v(scenario) for v in self.validators):
@@ -244,6 +260,14 @@ class VictimSolver:
             return scenario
         stmt.rollback(checkpoint)
         return None
+
+    def _packs(self, tasks: list[TaskInfo], evict: list[TaskInfo]) -> bool:
+        """Moves only: could P's ``tasks`` and every victim in ``evict`` be placed (by whole GPUs)?"""
+        if not self.moves_only:
+            return True
+        if self._packing is None:  # every simulation starts from the state the solver started from
+            self._packing = MovePacking(self.ssn)
+        return self._packing.could_pack(tasks, evict)
 
     def _any_victim_fits(self, evicted: list[TaskInfo], mask: BoolArray) -> bool:
         """Could any evicted victim still be placed (by resources alone) on the allowed nodes?"""
@@ -322,7 +346,7 @@ class VictimSolver:
         add_tracked(recorded)
 
         # scenario 0: the recorded victims only
-        if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask):
+        if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask) and self._packs(tasks, recorded):
             found = self._simulate(stmt, tasks, recorded, feasible)
             if found is not None:
                 return found
@@ -377,10 +401,11 @@ class VictimSolver:
                 target[node] = nodes.schedulable[node]
                 hopeless = bool(needs) and not self._fits_gpus(needs, free, target)
                 target[node] = recorded_target[node]
-                if hopeless:
+                evict = [*recorded, *by_node[node]]
+                if hopeless or not self._packs(tasks, evict):
                     self.filtered += 1
                     continue
-                found = self._simulate(stmt, tasks, [*recorded, *by_node[node]], feasible)
+                found = self._simulate(stmt, tasks, evict, feasible)
                 if found is not None:
                     return found
         return None
@@ -414,3 +439,67 @@ class VictimSolver:
             assert found is not None, "replaying the winning simulation must give the same solution"
             stmt.describe_evictions(lambda task: messages.get(task.uid) or self.message(task, self.preemptor))
         return found
+
+
+def _left_evicted(job: PodGroupInfo, revivable: set[str]) -> bool:
+    """A pod of ``job`` evicted by this simulation is still evicted."""
+    return any(t.status is TaskStatus.RELEASING and t.uid in revivable for t in job.tasks)
+
+
+class MovePacking:
+    """A necessary condition for a moves-only scenario: P's pods and every victim placed again.
+
+    Items are the whole-GPU pods (P's tasks and the victims), bins the nodes with the whole GPUs each could
+    offer: ``cap`` = idle + releasing + free room on shared GPUs, plus the devices the scenario's victims
+    hold there (an upper bound: a pod needs that many whole devices idle or releasing). For every item size
+    ``s``, the items of at least ``s`` GPUs must fit in count (``sum floor(cap / s)`` slots) and in total (the
+    GPUs of the nodes with ``cap >= s``). Packing ignores CPU, memory, predicates and queue limits, so it never
+    rejects a scenario the simulation could solve; it rejects the scenarios whose moved pods have nowhere to go.
+    Built once per solver run: every simulation starts from (and rolls back to) the same state.
+    """
+
+    __slots__ = ("_base", "cap")
+
+    def __init__(self, ssn: Session) -> None:
+        nodes = ssn.nodes
+        self.cap: npt.NDArray[np.float64] = nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum
+        self._base: dict[float, tuple[float, float]] = {}
+
+    def _bins(self, s: float) -> tuple[float, float]:
+        """(slots of s GPUs, GPUs on nodes with at least s) over the whole cluster as it stands."""
+        known = self._base.get(s)
+        if known is None:
+            cap = self.cap
+            known = (float(np.floor(cap / s + 1e-9).sum()), float(cap[cap + 1e-9 >= s].sum()))
+            self._base[s] = known
+        return known
+
+    def could_pack(self, tasks: list[TaskInfo], evict: list[TaskInfo]) -> bool:
+        sizes = [float(t.req[GPU]) for t in tasks if t.req[GPU] > 0]
+        extra: dict[int, float] = {}
+        for t in evict:
+            if t.node >= 0:
+                extra[t.node] = extra.get(t.node, 0.0) + t.devices
+            if t.req[GPU] > 0:
+                sizes.append(float(t.req[GPU]))
+        if not sizes:
+            return True
+        sizes.sort(reverse=True)
+        cap = self.cap
+        count = 0
+        total = 0.0
+        i = 0
+        while i < len(sizes):
+            s = sizes[i]
+            while i < len(sizes) and sizes[i] == s:
+                count += 1
+                total += s
+                i += 1
+            slots, room = self._bins(s)
+            for node, more in extra.items():
+                before, after = float(cap[node]), float(cap[node]) + more
+                slots += np.floor(after / s + 1e-9) - np.floor(before / s + 1e-9)
+                room += (after if after + 1e-9 >= s else 0.0) - (before if before + 1e-9 >= s else 0.0)
+            if count > slots + 1e-9 or total > room + 1e-9:
+                return False
+        return True

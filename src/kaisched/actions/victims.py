@@ -5,6 +5,11 @@ the victims already taken from it, and its next candidate, subtracted from its a
 leaf queue the lowest-priority, newest job first. Each pop yields one *chunk*: one surplus task of an
 elastic job (the pod that would be scheduled last), or all remaining active tasks of a job at or below
 its minimum (gangs are evicted whole). A job that still has active tasks after a chunk is pushed back.
+
+A queue's victim key depends on the session's state, what was taken from the queue's subtree and its next
+candidate. A solver pops victims between simulations, each rolled back to the state the solver started
+from, so each tree node remembers its next job and key until a pop changes that node (the popped leaf and
+its ancestors): a pop recomputes one path, not the whole tree.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import total_ordering
+from typing import Final, cast
 
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo, PodSetInfo
@@ -46,6 +52,10 @@ class Chunk:
     tasks: list[TaskInfo]
 
 
+#: a tree node's next job and key must be computed again
+_STALE: Final = object()
+
+
 @dataclass(slots=True, eq=False)
 class _Node:
     name: str
@@ -53,6 +63,8 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
     heap: list[tuple[_Reversed, int, PodGroupInfo]] = field(default_factory=list)
     removed: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # taken from this subtree so far
+    # (next victim job, this node's victim key for it), None when the subtree has none, or _STALE
+    best: tuple[PodGroupInfo, tuple[object, ...]] | object | None = _STALE
 
 
 def _vec(tasks: list[TaskInfo]) -> list[float]:
@@ -144,26 +156,46 @@ class VictimQueue:
         return sorted((t for ts in remaining.values() for t in ts), key=self.ssn.task_order_key)
 
     # ---- queue choice -------------------------------------------------------------------------------
+    def _best(self, node: _Node) -> tuple[PodGroupInfo, tuple[object, ...]] | None:
+        """The subtree's next victim job and the node's victim key for it (cached until a pop changes it)."""
+        if node.best is not _STALE:
+            return cast("tuple[PodGroupInfo, tuple[object, ...]] | None", node.best)
+        job = self._best_job(node)
+        best: tuple[PodGroupInfo, tuple[object, ...]] | None = None
+        if job is not None:
+            order = self.ssn.queue_order
+            key = () if order is None else order.victim_key(node.name, node.removed, _vec(self.chunk_of(job)))
+            best = (job, key)
+        node.best = best
+        return best
+
     def _best_job(self, node: _Node) -> PodGroupInfo | None:
-        while node.children:
-            child = self._worst_child(node.children)
-            if child is None:
-                return None
-            node = child
-        return node.heap[0][2] if node.heap else None
+        if not node.children:
+            return node.heap[0][2] if node.heap else None
+        child = self._worst_child(node.children)
+        if child is None:
+            return None
+        best = self._best(child)
+        return best[0] if best is not None else None
 
     def _worst_child(self, nodes: list[_Node]) -> _Node | None:
-        order = self.ssn.queue_order
+        """The node with the largest key; the first of equals."""
         best: _Node | None = None
-        best_key: tuple[object, ...] | None = None
+        best_key: tuple[object, ...] = ()
         for node in nodes:
-            job = self._best_job(node)
-            if job is None:
+            mine = self._best(node)
+            if mine is None:
                 continue
-            key = () if order is None else order.victim_key(node.name, node.removed, _vec(self.chunk_of(job)))
-            if best is None or best_key is None or key > best_key:
-                best, best_key = node, key
+            if best is None or mine[1] > best_key:
+                best, best_key = node, mine[1]
         return best
+
+    def _changed(self, leaf: _Node) -> None:
+        """``leaf``'s heap or the amounts taken below its ancestors changed: forget their next jobs."""
+        cur: _Node | None = leaf
+        while cur is not None:
+            cur.best = _STALE
+            cur = self._nodes[cur.parent] if cur.parent is not None else None
 
     def pop(self) -> Chunk | None:
         node = self._worst_child(self._roots)
@@ -175,6 +207,7 @@ class VictimQueue:
                 return None
             node = child
         _, _, job = heapq.heappop(node.heap)
+        self._changed(node)
         tasks = self.chunk_of(job)
         if not tasks:
             return self.pop()
