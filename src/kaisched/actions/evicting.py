@@ -7,6 +7,7 @@ from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job
 from kaisched.actions.solver import MessageFn, Validator, VictimSolver
+from kaisched.actions.victims import VictimOrder
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -61,6 +62,7 @@ class EvictingAction(Action):
     """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
 
     _pool: tuple[int, list[PodGroupInfo]] | None = None  # (ssn.commits, preemptible running jobs)
+    _order: tuple[int, VictimOrder] | None = None  # (ssn.commits, the pool sorted per leaf queue)
     #: every victim must be placed again (the action only moves pods): the solver prunes accordingly
     moves_only = False
 
@@ -98,10 +100,18 @@ class EvictingAction(Action):
         self._pool = (ssn.commits, out)
         return out
 
+    def victim_order(self, ssn: Session) -> VictimOrder:
+        """The pool's jobs sorted per leaf queue, for every solver until a statement is committed (the
+        victims an action gives a solver are taken from the pool in its order)."""
+        if self._order is None or self._order[0] != ssn.commits:
+            self._order = (ssn.commits, VictimOrder(ssn, self.preemptible_running(ssn)))
+        return self._order[1]
+
     def execute(self, ssn: Session) -> None:
         self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
         self._active: dict[str, tuple[int, bool]] = {}
         self._pool = None
+        self._order = None
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -124,7 +134,8 @@ class EvictingAction(Action):
                 handler(job)
             stmt = Statement(ssn)
             solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
-                                  self.max_victim_jobs(ssn), moves_only=self.moves_only)
+                                  self.max_victim_jobs(ssn), moves_only=self.moves_only,
+                                  order=self.victim_order(ssn))
             scenario = solver.run(stmt)
             if scenario is None:
                 stmt.discard()

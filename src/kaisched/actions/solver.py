@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job
-from kaisched.actions.victims import Chunk, VictimQueue
+from kaisched.actions.victims import Chunk, VictimOrder, VictimQueue
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -60,11 +60,12 @@ class VictimSolver:
         message: MessageFn,
         max_victim_jobs: int = -1,
         moves_only: bool = False,
+        order: VictimOrder | None = None,
     ) -> None:
         self.ssn = ssn
         self.action = action
         self.preemptor = preemptor
-        self.victims = VictimQueue(ssn, victim_jobs)
+        self.victims = VictimQueue(ssn, victim_jobs, order)
         self.validators = validators
         self.message = message
         self.max_victim_jobs = max_victim_jobs

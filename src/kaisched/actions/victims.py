@@ -9,7 +9,10 @@ its minimum (gangs are evicted whole). A job that still has active tasks after a
 A queue's victim key depends on the session's state, what was taken from the queue's subtree and its next
 candidate. A solver pops victims between simulations, each rolled back to the state the solver started
 from, so each tree node remembers its next job and key until a pop changes that node (the popped leaf and
-its ancestors): a pop recomputes one path, not the whole tree.
+its ancestors): a pop recomputes one path, not the whole tree. The jobs of the pool every solver of an
+action picks from are sorted once per leaf queue (:class:`VictimOrder`, rebuilt when a statement commits);
+a solver's queue walks those lists, skipping the jobs that are not its victims, instead of ordering its
+victims again.
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ class _Node:
     name: str
     parent: str | None  # by name, not by reference: no reference cycles, freed as soon as dropped
     children: list[_Node] = field(default_factory=list)
-    heap: list[tuple[_Reversed, int, PodGroupInfo]] = field(default_factory=list)
+    stream: list[tuple[int, PodGroupInfo]] = field(default_factory=list)  # leaf: the pool's jobs, best first
+    pos: int = 0  # leaf: where the next victim is looked for in ``stream``
+    heap: list[tuple[_Reversed, int, PodGroupInfo]] = field(default_factory=list)  # leaf: jobs pushed back
     removed: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # taken from this subtree so far
     # (next victim job, this node's victim key for it), None when the subtree has none, or _STALE
     best: tuple[PodGroupInfo, tuple[object, ...]] | object | None = _STALE
@@ -77,10 +82,32 @@ def _vec(tasks: list[TaskInfo]) -> list[float]:
     return out
 
 
+class VictimOrder:
+    """The jobs of a victim pool per leaf queue, best victim (largest job-order key) first, each with its
+    position in the pool (its place among equals). Valid while the session's state is the one it was built
+    on: an action builds one per committed statement and every solver in between starts from that state."""
+
+    __slots__ = ("leaves", "size")
+
+    def __init__(self, ssn: Session, pool: list[PodGroupInfo]) -> None:
+        order_key = ssn.cached_job_order_key
+        leaves: dict[str, list[tuple[int, PodGroupInfo]]] = {}
+        for seq, job in enumerate(pool):
+            leaves.setdefault(job.queue, []).append((seq, job))
+        for jobs in leaves.values():
+            jobs.sort(key=lambda e: order_key(e[1]), reverse=True)  # stable: equal keys keep pool order
+        self.leaves = leaves
+        self.size = len(pool)
+
+
 class VictimQueue:
-    def __init__(self, ssn: Session, jobs: list[PodGroupInfo]) -> None:
+    def __init__(self, ssn: Session, jobs: list[PodGroupInfo], order: VictimOrder | None = None) -> None:
+        """``jobs``: the victims, in the order of ``order``'s pool (a sub-list of it) when one is given."""
         self.ssn = ssn
-        self._seq = itertools.count()
+        if order is None:
+            order = VictimOrder(ssn, jobs)
+        self._members = {id(j) for j in jobs}
+        self._seq = itertools.count(order.size)  # jobs pushed back come after every job of the pool
         self._taken: dict[str, set[str]] = {}  # job key -> uids already yielded
         self._nodes: dict[str, _Node] = {}
         self._roots: list[_Node] = []
@@ -92,14 +119,30 @@ class VictimQueue:
             self._nodes[name] = node
             (parent.children if parent is not None else self._roots).append(node)
         self._chunks: dict[str, tuple[int, int, list[TaskInfo]]] = {}
-        order_key = ssn.cached_job_order_key
-        for job in jobs:
-            leaf = self._nodes.get(job.queue)
+        for name, stream in order.leaves.items():
+            leaf = self._nodes.get(name)
             if leaf is not None:
-                leaf.heap.append((_Reversed(order_key(job)), next(self._seq), job))
-        for each in self._nodes.values():
-            if len(each.heap) > 1:
-                heapq.heapify(each.heap)
+                leaf.stream = stream
+
+    def _next_in_stream(self, leaf: _Node) -> tuple[int, PodGroupInfo] | None:
+        """The leaf's next job of the pool that is a victim here."""
+        stream, i, members = leaf.stream, leaf.pos, self._members
+        while i < len(stream) and id(stream[i][1]) not in members:
+            i += 1
+        leaf.pos = i
+        return stream[i] if i < len(stream) else None
+
+    def _top(self, leaf: _Node, take: bool = False) -> PodGroupInfo | None:
+        """The leaf's best victim job: the next of the pool's or the best pushed back (removed if ``take``)."""
+        head = self._next_in_stream(leaf)
+        if leaf.heap and (head is None or (leaf.heap[0][0], leaf.heap[0][1])
+                          < (_Reversed(self.ssn.cached_job_order_key(head[1])), head[0])):
+            return heapq.heappop(leaf.heap)[2] if take else leaf.heap[0][2]
+        if head is None:
+            return None
+        if take:
+            leaf.pos += 1
+        return head[1]
 
     def _push(self, job: PodGroupInfo) -> None:
         """Queue a victim job, ordered as the job made of its not-yet-taken tasks (KAI pushes back the
@@ -171,7 +214,7 @@ class VictimQueue:
 
     def _best_job(self, node: _Node) -> PodGroupInfo | None:
         if not node.children:
-            return node.heap[0][2] if node.heap else None
+            return self._top(node)
         child = self._worst_child(node.children)
         if child is None:
             return None
@@ -206,7 +249,9 @@ class VictimQueue:
             if child is None:
                 return None
             node = child
-        _, _, job = heapq.heappop(node.heap)
+        job = self._top(node, take=True)
+        if job is None:
+            return None
         self._changed(node)
         tasks = self.chunk_of(job)
         if not tasks:
