@@ -25,12 +25,14 @@ Shapes (``python -m benchmarks --scenario SHAPE``):
 ``scale``        one allocate cycle: ``kaisched.schedule(objects, {"actions": "allocate"})``; target at least
                  10,000 pods placed (bound) per second of cycle time
 ``scale-full``   one full cycle, KAI's five default actions: ``kaisched.schedule(objects)``; target < 5 s
-``scale-steady`` the next cycle of a cluster where nothing changed: the objects are parsed and prepared once
-                 (``kaisched.cluster.schedule.prepare``), cycle 1 (the five default actions) runs on them
-                 with ``run_prepared_cycle``, its binds are applied as the simulator's engine applies them
-                 (a new Pod object per bound pod with ``nodeName``, phase ``Running`` and its GPU-group
-                 labels; the PodGroups' lastStartTimestamp / staleTimestamp annotations as reported), and
-                 cycle 2 — ``run_prepared_cycle`` on the updated objects, one second later — is timed;
+``scale-steady`` the next cycle of a cluster where nothing changed since the last one: the objects are parsed
+                 and prepared once (``kaisched.cluster.schedule.prepare``); cycle 1 (the five default actions,
+                 ``run_prepared_cycle`` with a ``CycleMemo`` as ``kaisched run`` keeps one); its decisions
+                 applied — binds as the simulator's engine applies them (a new Pod object per bound pod with
+                 ``nodeName``, phase ``Running`` and its GPU-group labels), evicted pods terminating
+                 (``deletionTimestamp``), the PodGroups' lastStartTimestamp / staleTimestamp annotations as
+                 reported; cycle 2 on those objects one second later; the timed cycle on the same objects as
+                 cycle 2, a second later (nothing changed since: it must decide what cycle 2 decided);
                  target < 0.5 s
 ================ ==========================================================================================
 
@@ -46,7 +48,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import kaisched
@@ -65,6 +67,7 @@ from benchmarks.clusters import (
     pod_group,
     queue,
 )
+from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import Placement
@@ -84,7 +87,7 @@ MIN_PLACED_PER_S: Final = 10_000.0
 TARGET_S: Final[Mapping[str, float]] = {"scale-full": 5.0, "scale-steady": 0.5}
 #: Seed of every draw (queues, jobs, placement of the running pods); fractions use the allocate suite's.
 SEED: Final = 20261209
-#: Cycle 2 of ``scale-steady`` runs this long after cycle 1 (KAI's default schedule period).
+#: ``scale-steady``'s cycles run this long apart (KAI's default schedule period).
 STEADY_PERIOD: Final = timedelta(seconds=1)
 #: Whole GPUs of a single-pod job and of each pod of a gang: (GPUs, weight).
 SINGLE_GPUS: Final = ((1, 45), (2, 20), (4, 20), (8, 15))
@@ -336,17 +339,24 @@ def scale_cluster(size: ScaleSize) -> ScaleCluster:
 # ---------------------------------------------------------------------------------- steady state
 
 
-def apply_binds(prepared: ParsedObjects, result: kaisched.CycleResult) -> ParsedObjects:
-    """The objects after ``result``'s binds, as the simulator's engine applies a cycle
-    (``kaisched.sim.engine.Simulator._apply``): a new Pod object per bound pod with its node, phase
-    ``Running`` and its GPU-group labels, and the PodGroups' lastStartTimestamp / staleTimestamp annotations
-    as the cycle reported them. Evictions and pipelined placements are not applied (nothing else changes)."""
+def apply_result(prepared: ParsedObjects, result: kaisched.CycleResult, now: datetime) -> ParsedObjects:
+    """The objects after ``result``, as the API server would hold them a moment later: a new Pod object per
+    bound pod (as the simulator's engine binds it: its node, phase ``Running``, its GPU-group labels) and
+    per evicted pod (terminating: ``deletionTimestamp`` ``now``, still on its node — its resources are
+    releasing), the PodGroups' lastStartTimestamp / staleTimestamp annotations as the cycle reported them
+    (the same PodGroup object when they are already there); pipelined placements are not written anywhere
+    (as in KAI). Every other object is the same object as before."""
     pods = list(prepared.pods)
     index = {f"{p.meta.namespace}/{p.meta.name}": i for i, p in enumerate(pods)}
     for b in result.binds:
         i = index.get(b.pod)
         if i is not None:
             pods[i] = bound_pod(pods[i], b)
+    for e in result.evictions:
+        i = index.get(e.pod)
+        if i is not None:
+            pod = pods[i]
+            pods[i] = replace(pod, meta=replace(pod.meta, deletion_timestamp=now))
     groups = list(prepared.pod_groups)
     group_index = {f"{g.meta.namespace}/{g.meta.name}": i for i, g in enumerate(groups)}
     for status in result.pod_groups:
@@ -358,45 +368,93 @@ def apply_binds(prepared: ParsedObjects, result: kaisched.CycleResult) -> Parsed
                          priority_classes=prepared.priority_classes, topologies=prepared.topologies)
 
 
+@dataclass(frozen=True, slots=True)
+class SettleCycle:
+    """One of the cycles before ``scale-steady``'s timed one."""
+
+    seconds: float
+    binds: int
+    pipelined: int
+    evictions: int
+
+
 @dataclass(slots=True)
 class SteadyState:
-    """``scale-steady``: the objects prepared once and cycle 1 run on them, as the simulator does.
+    """``scale-steady``: the objects prepared once; cycle 1 on them; its decisions applied
+    (:func:`apply_result`: its bound pods run, its evicted pods are terminating, its PodGroup timestamps
+    written); cycle 2 on those objects one period later. The timed cycle is the next one: the very same
+    objects as cycle 2's, one more period later — nothing changed since (cycle 2's own decisions, pipelined
+    placements waiting for terminating pods and the evictions it chose, are still in flight: this cluster
+    keeps reclaiming for a while). Every cycle runs with one :class:`kaisched.cluster.memo.CycleMemo`, as
+    ``kaisched run`` does; a deterministic scheduler must decide in the timed cycle exactly what it decided
+    in cycle 2.
 
-    Like the simulator's run (``Simulator.run``: ``gc.collect(); gc.freeze()`` before the first cycle; and
-    ``kaisched run``, which freezes its initial lists), the objects that exist before cycle 1 — the generated
-    dicts and the prepared objects — are frozen out of the cyclic collector's reach, so the collection that
-    follows a cycle scans only what the cycles create. :meth:`close` unfreezes them."""
+    Like the simulator's run (``gc.collect(); gc.freeze()`` before the first cycle), the objects that exist
+    before cycle 1 are frozen out of the cyclic collector's reach; :meth:`close` unfreezes them."""
 
     config: SchedulerConfig
-    prepared: ParsedObjects
-    first: kaisched.CycleResult
+    parsed: ParsedObjects  # the last cycle's objects
+    now: datetime  # the last cycle's time
+    memo: CycleMemo
+    first: kaisched.CycleResult  # cycle 1's outcome
+    previous: kaisched.CycleResult  # the last cycle's outcome
     prepare_s: float
-    first_s: float
+    cycles: list[SettleCycle]
+    applied: list[tuple[list[Placement], list[str]]]  # each applied cycle's binds and evicted pods
 
     @classmethod
     def start(cls, objects: list[Obj], config: Mapping[str, Any] | None = None) -> SteadyState:
         cfg = resolve_config(config)
         t0 = time.perf_counter()
-        prepared = prepare(parse_objects(objects), cfg, alloc.NOW)
+        parsed = prepare(parse_objects(objects), cfg, alloc.NOW)
         prepare_s = time.perf_counter() - t0
         gc.collect()
         gc.freeze()
-        t0 = time.perf_counter()
-        with no_cyclic_gc():
-            first = run_prepared_cycle(prepared, cfg, alloc.NOW)
-        return cls(cfg, prepared, first, prepare_s, time.perf_counter() - t0)
+        memo = CycleMemo()
+        cycles: list[SettleCycle] = []
+
+        def run(objs: ParsedObjects, now: datetime) -> kaisched.CycleResult:
+            t0 = time.perf_counter()
+            with no_cyclic_gc():
+                result = run_prepared_cycle(objs, cfg, now, memo)
+            cycles.append(SettleCycle(time.perf_counter() - t0, len(result.binds), len(result.pipelined),
+                                      len(result.evictions)))
+            return result
+
+        first = run(parsed, alloc.NOW)
+        parsed = apply_result(parsed, first, alloc.NOW)
+        now = alloc.NOW + STEADY_PERIOD
+        previous = run(parsed, now)
+        applied = [(list(first.binds), [e.pod for e in first.evictions])]
+        return cls(cfg, parsed, now, memo, first, previous, prepare_s, cycles, applied)
+
+    @property
+    def answered(self) -> bool:
+        """Cycle 2 can answer the next cycle on its objects (see ``kaisched.cluster.memo``)."""
+        return self.memo.holds
+
+    def census(self, census: Census) -> Census:
+        """``census`` (of the generated objects) as the last cycle found it: the applied cycles' pods bound and
+        their evicted pods terminating."""
+        for binds, evictions in self.applied:
+            census = census.after(binds, evictions)
+        return census
 
     def close(self) -> None:
         gc.unfreeze()
 
     def next_objects(self) -> ParsedObjects:
-        """Fresh objects after cycle 1's binds (new Pod objects each time, as a new cycle would see)."""
-        return apply_binds(self.prepared, self.first)
+        """The objects of the next cycle: new lists (as the simulator builds them) of the same objects."""
+        p = self.parsed
+        return ParsedObjects(nodes=list(p.nodes), pods=list(p.pods), queues=list(p.queues),
+                             pod_groups=list(p.pod_groups), priority_classes=list(p.priority_classes),
+                             topologies=list(p.topologies))
 
     def cycle(self, parsed: ParsedObjects) -> kaisched.CycleResult:
-        """Cycle 2: one period after cycle 1, on ``parsed`` (from :meth:`next_objects`)."""
+        """The timed cycle: one period after the last one, on ``parsed`` (from :meth:`next_objects`)."""
         with no_cyclic_gc():
-            return run_prepared_cycle(parsed, self.config, alloc.NOW + STEADY_PERIOD)
+            return run_prepared_cycle(parsed, self.config, self.now + STEADY_PERIOD, self.memo)
+
 
 
 # ----------------------------------------------------------------------------------------- census
@@ -426,6 +484,7 @@ class Census:
     pods: dict[str, PodRec] = field(default_factory=dict)  # "ns/pod"
     group_min: dict[str, int] = field(default_factory=dict)
     group_queue: dict[str, str] = field(default_factory=dict)
+    terminating: frozenset[str] = frozenset()  # running pods evicted by an earlier cycle (releasing)
 
     @classmethod
     def of(cls, objects: Iterable[Obj]) -> Census:
@@ -451,14 +510,16 @@ class Census:
                     meta.get("labels", {}).get(C.GPU_GROUP_LABEL))
         return c
 
-    def after(self, binds: Iterable[Placement]) -> Census:
-        """The census once ``binds`` are applied (the bound pods run where the binds say)."""
+    def after(self, binds: Iterable[Placement], terminating: Iterable[str] = ()) -> Census:
+        """The census once ``binds`` are applied (the bound pods run where the binds say) and the pods
+        ``terminating`` are evicted (still on their nodes, their resources releasing)."""
         pods = dict(self.pods)
         for b in binds:
             rec = pods.get(b.pod)
             if rec is not None:
                 pods[b.pod] = replace(rec, node=b.node, gpu_group=b.gpu_groups[0] if b.gpu_groups else None)
-        return Census(self.node_gpus, self.node_pods, self.node_cpu_m, pods, self.group_min, self.group_queue)
+        return Census(self.node_gpus, self.node_pods, self.node_cpu_m, pods, self.group_min, self.group_queue,
+                      self.terminating | {p for p in terminating if p in pods})
 
     @property
     def running(self) -> dict[str, PodRec]:
@@ -519,7 +580,7 @@ def _first(items: list[str], limit: int = 3) -> str:
 
 def check(shape: str, census: Census, result: kaisched.CycleResult) -> list[str]:
     """Everything wrong with ``result`` as the outcome of a cycle on the cluster ``census`` describes (for
-    ``scale-steady``: the census after cycle 1's binds); empty when it makes sense."""
+    ``scale-steady``: the census as the cycle before it found it); empty when it makes sense."""
     failures: list[str] = []
     if result.errors:
         failures.append(f"{len(result.errors)} object errors, e.g. {result.errors[0].to_dict()}")
@@ -567,7 +628,8 @@ def check(shape: str, census: Census, result: kaisched.CycleResult) -> list[str]
     binds = [(r, n, g) for r, n, g, kind in placed.values() if kind == "bind"]
     state = _Usage.of([*now_running, *binds])
     over = state.over(census)
-    after = [(r, n, g) for k, (r, n, g) in zip(running, now_running, strict=True) if k not in evicted]
+    after = [(r, n, g) for k, (r, n, g) in zip(running, now_running, strict=True)
+             if k not in evicted and k not in census.terminating]
     over += [f"after evictions: {o}" for o in
              _Usage.of([*after, *binds, *((r, n, g) for r, n, g, kind in placed.values() if kind == "pipelined")])
              .over(census)]
@@ -595,9 +657,6 @@ def check(shape: str, census: Census, result: kaisched.CycleResult) -> list[str]
 
     if shape == "scale" and (result.pipelined or result.evictions):
         failures.append(f"allocate only, yet {len(result.pipelined)} pipelined and {len(result.evictions)} evicted")
-    if shape == "scale-steady" and result.binds:
-        failures.append(f"{len(result.binds)} binds in a cycle where nothing changed since the last one (the room "
-                        "left only shrank, so cycle 1 should have made them)")
 
     # work conservation (binds come from allocate, which tries every job; no queue limits): a 1-GPU single pod
     # is left unplaced only when no node has a whole GPU (and a pod slot and 8 cores) idle after the binds, a
@@ -634,7 +693,7 @@ class ScaleMeasurement:
     nodes: int
     gpus: int
     queues: int
-    # scale-steady: the cluster of cycle 2 (after cycle 1's binds)
+    # scale-steady: the cluster of the timed cycle (as the cycle before it found it)
     running_pods: int
     running_gpus: int  # devices held by the running pods (whole GPUs + shared devices)
     pending_pods: int
@@ -650,12 +709,15 @@ class ScaleMeasurement:
     rss_gen_mib: float
     rss_peak_mib: float
     failures: list[str]
-    # scale-steady: parsing + preparing the objects once, cycle 1 and its outcome (cycle 2 is the one timed)
+    # scale-steady: parsing + preparing the objects once, cycle 1 and its outcome, then every cycle before the
+    # timed one as (seconds, binds, pipelined, evicted), and whether the last could answer the timed one
     prepare_s: float | None = None
     first_s: float | None = None
     first_binds: int | None = None
     first_pipelined: int | None = None
     first_evictions: int | None = None
+    settle: list[tuple[float, int, int, int]] | None = None
+    settled: bool | None = None
     timed_out_s: float | None = None  # the worker was stopped after this many seconds
     suite: str = "scale"
 
@@ -772,14 +834,17 @@ def measure(shape: str, *, smoke: bool = False, repeat: int = 5, budget_s: float
     if shape == "scale-steady":
         steady = SteadyState.start(cluster.objects, CONFIGS[shape])
         first = steady.first
-        m.prepare_s, m.first_s = steady.prepare_s, steady.first_s
+        m.prepare_s, m.first_s = steady.prepare_s, steady.cycles[0].seconds
         m.first_binds, m.first_pipelined = len(first.binds), len(first.pipelined)
         m.first_evictions = len(first.evictions)
-        say(f"objects prepared in {steady.prepare_s:.1f} s; cycle 1 {steady.first_s:.1f} s: {len(first.binds):,} "
-            f"binds, {len(first.pipelined):,} pipelined, {len(first.evictions):,} evictions")
+        m.settle = [(c.seconds, c.binds, c.pipelined, c.evictions) for c in steady.cycles]
+        m.settled = steady.answered
+        say(f"objects prepared in {steady.prepare_s:.1f} s; "
+            + ", ".join(f"cycle {i + 1} {c.seconds:.1f} s ({c.binds:,} binds, {c.pipelined:,} pipelined, "
+                        f"{c.evictions:,} evicted)" for i, c in enumerate(steady.cycles)))
         m.failures += [f"cycle 1: {f}" for f in check("scale-full", census, first)]
-        census = census.after(first.binds)
-        # cycle 2's cluster: cycle 1's bound pods run
+        census = steady.census(census)
+        # the timed cycle's cluster: as the cycle before it found it
         pending = census.pending
         m.running_pods, m.running_gpus = len(census.pods) - len(pending), census.devices()
         m.pending_pods, m.pending_groups = len(pending), len({p.group for p in pending.values()})
@@ -815,6 +880,8 @@ def measure(shape: str, *, smoke: bool = False, repeat: int = 5, budget_s: float
     if steady is not None:
         steady.close()
     m.failures += check(shape, census, result)
+    if steady is not None and _outcome_key(result) != _outcome_key(steady.previous):
+        m.failures.append("the cycle decided otherwise than the cycle before it on the same objects")
     pending = census.pending
     m.binds, m.pipelined, m.evictions = len(result.binds), len(result.pipelined), len(result.evictions)
     m.placed_groups = len({pending[p.pod].group for p in [*result.binds, *result.pipelined] if p.pod in pending})
@@ -827,14 +894,14 @@ def measure(shape: str, *, smoke: bool = False, repeat: int = 5, budget_s: float
 
 def profile_cycle(shape: str, smoke: bool) -> tuple[ScaleCluster, Census, Callable[[], kaisched.CycleResult]]:
     """The cluster, the census the checks of the profiled cycle use, and a callable running that cycle (for
-    ``scale-steady``: cycle 2, everything before it already done)."""
+    ``scale-steady``: the timed cycle, everything before it already done)."""
     cluster, _ = generate(smoke)
     census = Census.of(cluster.objects)
     if shape != "scale-steady":
         return cluster, census, lambda: kaisched.schedule(cluster.objects, CONFIGS[shape], alloc.NOW)
     steady = SteadyState.start(cluster.objects, CONFIGS[shape])
     parsed = steady.next_objects()
-    return cluster, census.after(steady.first.binds), lambda: steady.cycle(parsed)
+    return cluster, steady.census(census), lambda: steady.cycle(parsed)
 
 
 # -------------------------------------------------------------------------------------- reporting
@@ -880,8 +947,8 @@ def format_report(results: list[ScaleMeasurement], repeat: int, markdown: bool =
         table = "\n".join([line(rows[0]), "  ".join("-" * w for w in widths), *(line(r) for r in rows[1:])])
     lines = [table, ""]
     lines.append(f"median s: median of up to {repeat} timed cycles (fewer when the --budget ran out: see runs); "
-                 "scale, scale-full: kaisched.schedule(); scale-steady: cycle 2 (run_prepared_cycle) after "
-                 "cycle 1's binds;")
+                 "scale, scale-full: kaisched.schedule(); scale-steady: the cycle (run_prepared_cycle with a "
+                 "CycleMemo) on the objects of the cycle before it;")
     lines.append("placed/s: binds / median s (issue 9's figure); pods/s: pending pods / median s; placed PG: "
                  "pending PodGroups bound or pipelined; traced MiB: tracemalloc peak of one more cycle; RSS MiB: "
                  "process peak (ru_maxrss).")
@@ -890,10 +957,13 @@ def format_report(results: list[ScaleMeasurement], repeat: int, markdown: bool =
         if not described:
             lines.append(f"  cluster: {m.description}")
             described = True
-        if m.first_s is not None:
-            lines.append(f"  {m.shape}: objects prepared in {m.prepare_s or 0:.2f} s; cycle 1 took {m.first_s:.2f} s "
-                         f"({m.first_binds:,} binds, {m.first_pipelined:,} pipelined, {m.first_evictions:,} "
-                         "evictions; only the binds are applied)")
+        if m.settle is not None:
+            cycles = "; ".join(f"cycle {i + 1}: {sec:.2f} s ({b:,} binds, {p:,} pipelined, {e:,} evicted)"
+                               for i, (sec, b, p, e) in enumerate(m.settle))
+            lines.append(f"  {m.shape}: objects prepared in {m.prepare_s or 0:.2f} s; {cycles}; each cycle's binds, "
+                         "evictions (terminating pods) and PodGroup timestamps applied before the next, the timed "
+                         "cycle on the last one's objects"
+                         + ("" if m.settled else " (the memo cannot answer: see kaisched.cluster.memo)"))
         for f in m.failures:
             lines.append(f"    FAIL {m.shape}: {f}")
     full = [m for m in results if not m.smoke]

@@ -63,6 +63,7 @@ class EvictingAction(Action):
 
     _pool: tuple[int, list[PodGroupInfo]] | None = None  # (ssn.commits, preemptible running jobs)
     _order: tuple[int, VictimOrder] | None = None  # (ssn.commits, the pool sorted per leaf queue)
+    _by_queue: tuple[int, dict[str, list[PodGroupInfo]]] | None = None  # (ssn.commits, the pool per queue)
     #: every victim must be placed again (the action only moves pods): the solver prunes accordingly
     moves_only = False
 
@@ -100,6 +101,15 @@ class EvictingAction(Action):
         self._pool = (ssn.commits, out)
         return out
 
+    def pool_of_queue(self, ssn: Session, queue: str) -> list[PodGroupInfo]:
+        """The pool's jobs of one queue, in pool order (cached with the pool)."""
+        if self._by_queue is None or self._by_queue[0] != ssn.commits:
+            by_queue: dict[str, list[PodGroupInfo]] = {}
+            for job in self.preemptible_running(ssn):
+                by_queue.setdefault(job.queue, []).append(job)
+            self._by_queue = (ssn.commits, by_queue)
+        return self._by_queue[1].get(queue, [])
+
     def victim_order(self, ssn: Session) -> VictimOrder:
         """The pool's jobs sorted per leaf queue, for every solver until a statement is committed (the
         victims an action gives a solver are taken from the pool in its order)."""
@@ -112,6 +122,7 @@ class EvictingAction(Action):
         self._active: dict[str, tuple[int, bool]] = {}
         self._pool = None
         self._order = None
+        self._by_queue = None
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -212,8 +223,8 @@ class PreemptAction(EvictingAction):
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
         filters = ssn.preempt_victim_filters
         return [
-            v for v in self.preemptible_running(ssn)
-            if v is not job and v.queue == job.queue and v.priority < job.priority and all(f(job, v) for f in filters)
+            v for v in self.pool_of_queue(ssn, job.queue)
+            if v is not job and v.priority < job.priority and all(f(job, v) for f in filters)
         ]
 
     def validators(self, ssn: Session) -> list[Validator]:

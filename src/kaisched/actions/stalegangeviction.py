@@ -48,7 +48,7 @@ class StaleGangEvictionAction(Action):
                 job.stale_since = None
                 continue
             if job.stale_since is None:
-                job.stale_since = ssn.now
+                ssn.stamp(job, "stale_since")
             if self._grace_elapsed(ssn, job, grace):
                 self._evict(ssn, job)
 
@@ -57,7 +57,10 @@ class StaleGangEvictionAction(Action):
         if grace < timedelta(0):  # negative: never evict
             return False
         assert job.stale_since is not None
-        return ssn.now - job.stale_since >= grace
+        if ssn.now - job.stale_since >= grace:
+            return True
+        ssn.expires_at(job.stale_since + grace)
+        return False
 
     def _evict(self, ssn: Session, job: PodGroupInfo) -> None:
         victims = [t for t in job.tasks if t.is_active_allocated]

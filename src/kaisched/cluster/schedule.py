@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.actions.registry import build_actions, validate_actions
+from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.workloads import expand_workloads
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
@@ -71,9 +72,16 @@ def _run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) ->
     return run_prepared_cycle(prepare(parsed, config, now), config, now)
 
 
-def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult:
+def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
+                       memo: CycleMemo | None = None) -> CycleResult:
     """One cycle on objects whose workloads are already expanded and whose pods are grouped (the
-    simulator prepares each arrival once, then runs cycle after cycle)."""
+    simulator prepares each arrival once, then runs cycle after cycle). With a ``memo`` (kept by the caller
+    from cycle to cycle), a cycle over exactly the objects of the previous one returns its result
+    without running (:mod:`kaisched.cluster.memo`)."""
+    if memo is not None:
+        known = memo.lookup(parsed, config, now)
+        if known is not None:
+            return known
     snapshot = build_snapshot(
         parsed,
         now,
@@ -85,6 +93,8 @@ def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: date
     for action in build_actions(config):
         action.execute(ssn)
     result = ssn.close()
+    if memo is not None:
+        memo.record(parsed, config, now, result, ssn.valid_until, ssn.stamped)
     ssn.discard()
     return result
 

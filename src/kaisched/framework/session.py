@@ -62,6 +62,11 @@ class Session:
         self.config = config
         self.params = config.params
         self.now = snapshot.now
+        # the earliest later instant at which a time rule read in this session (min-runtime protection, a
+        # stale gang's grace period) would answer differently; None: none would (see expires_at)
+        self.valid_until: datetime | None = None
+        # job key -> the PodGroup timestamps ("last_start", "stale_since") set to ``now`` in this session
+        self.stamped: dict[str, set[str]] = {}
         self.nodes = snapshot.nodes
         self.jobs = snapshot.jobs
         self.queues = snapshot.queues
@@ -235,8 +240,19 @@ class Session:
         self.evictions.append(Eviction(task.key, action, preemptor, message))
 
     def record_job_started(self, job: PodGroupInfo) -> None:
-        job.last_start = self.now
+        self.stamp(job, "last_start")
         self.started_jobs.add(job.key)
+
+    def stamp(self, job: PodGroupInfo, field: str) -> None:
+        """Set the job's ``last_start`` or ``stale_since`` to the session's time (remembered in ``stamped``)."""
+        setattr(job, field, self.now)
+        self.stamped.setdefault(job.key, set()).add(field)
+
+    def expires_at(self, when: datetime) -> None:
+        """A time rule answered as it did because ``now`` is before ``when``: the session's decisions hold
+        until then at most (``valid_until``)."""
+        if when > self.now and (self.valid_until is None or when < self.valid_until):
+            self.valid_until = when
 
     # ---- result ---------------------------------------------------------------------------------------
     def _result(self) -> CycleResult:

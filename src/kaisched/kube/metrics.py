@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kaisched.actions.registry import build_actions
+from kaisched.cluster.memo import CycleMemo
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.framework.session import Session
@@ -62,10 +63,16 @@ class CycleTimings:
 
 
 def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
-                clock: Callable[[], float] = time.perf_counter) -> tuple[CycleResult, CycleTimings]:
+                clock: Callable[[], float] = time.perf_counter,
+                memo: CycleMemo | None = None) -> tuple[CycleResult, CycleTimings]:
     """:func:`kaisched.cluster.schedule.run_prepared_cycle` with each part timed: open session (snapshot and
-    every plugin's open), each action, close session (every plugin's close and the result)."""
+    every plugin's open), each action, close session (every plugin's close and the result). A cycle the
+    ``memo`` answers (nothing changed since the last quiet cycle) has only its end-to-end time."""
     start = clock()
+    if memo is not None:
+        known = memo.lookup(parsed, config, now)
+        if known is not None:
+            return known, CycleTimings((clock() - start) * 1000.0)
     snapshot = build_snapshot(parsed, now, SnapshotOptions(
         full_hierarchy_fairness=config.params.full_hierarchy_fairness, scheduler_name=config.params.scheduler_name))
     plugins = build_plugins(config.plugins)
@@ -89,6 +96,8 @@ def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
     ssn.plugins = []
     try:
         result = ssn.close()
+        if memo is not None:
+            memo.record(parsed, config, now, result, ssn.valid_until, ssn.stamped)
     finally:
         ssn.discard()
     end = clock()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import no_cyclic_gc
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
@@ -128,6 +129,7 @@ class KubeScheduler:
         self.elector: LeaderElector | None = None
         self.server: HealthServer | None = None
         self.cycles = 0
+        self.memo = CycleMemo()  # the last quiet cycle: an unchanged cluster is not scheduled again
         self.failures: list[Failure] = []
         self._stop = threading.Event()
         self._lost = threading.Event()
@@ -260,7 +262,7 @@ class KubeScheduler:
                                          evictions, _rfc3339(now)))
             prepared = self._group(parsed, now)
             writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now))
-            result, timings = timed_cycle(prepared, self.config, now)
+            result, timings = timed_cycle(prepared, self.config, now, memo=self.memo)
             ops = self.planner.plan(result, self.lookup, now, pods_by_group(prepared),
                                     settling=set(placements) | evictions)
             writer.submit(ops)

@@ -169,7 +169,11 @@ class MinRuntimePlugin(Plugin):
         assert self._ssn is not None, "minruntime: session not open"
         if victim.last_start is None:
             return False
-        return self._ssn.now < victim.last_start + min_runtime
+        until = victim.last_start + min_runtime
+        if self._ssn.now < until:
+            self._ssn.expires_at(until)
+            return True
+        return False
 
     def is_preempt_protected(self, victim: PodGroupInfo) -> bool:
         cached = self._preempt_protected.get(victim.key)

@@ -242,8 +242,7 @@ class Simulator:
             pod = self.pods.get(e.pod)
             if pod is None:
                 continue
-            labels = {k: v for k, v in pod.meta.labels.items() if not is_gpu_group_label(k)}
-            self.pods[e.pod] = replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels))
+            self.pods[e.pod] = evicted_pod(pod)
             job = self.job_of_pod.get(e.pod)
             if job is not None and job.run_start is not None:
                 job.record.evictions += 1
@@ -321,6 +320,12 @@ def bound_pod(pod: Pod, placement: Placement) -> Pod:
     labels = {**pod.meta.labels, **gpu_group_labels(placement.gpu_groups)} if placement.gpu_groups else \
         pod.meta.labels
     return replace(pod, node_name=placement.node, phase="Running", meta=replace(pod.meta, labels=labels))
+
+
+def evicted_pod(pod: Pod) -> Pod:
+    """The pod after its eviction: recreated by its controller, Pending, off its node and GPU groups."""
+    labels = {k: v for k, v in pod.meta.labels.items() if not is_gpu_group_label(k)}
+    return replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels))
 
 
 def annotated_pod_group(pg: PodGroup, status: PodGroupStatus) -> PodGroup:
