@@ -5,7 +5,7 @@ from __future__ import annotations
 from kaisched.actions.allocate import pending_jobs
 from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
-from kaisched.actions.placement import allocate_job
+from kaisched.actions.placement import allocate_job, failure_key
 from kaisched.actions.solver import MessageFn, Validator, VictimSolver
 from kaisched.actions.victims import VictimOrder
 from kaisched.framework.scenario import Scenario
@@ -123,6 +123,7 @@ class EvictingAction(Action):
         self._pool = None
         self._order = None
         self._by_queue = None
+        self._fits: dict[tuple[object, ...], bool] = {}
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -158,12 +159,24 @@ class EvictingAction(Action):
             self.accept(ssn, job, scenario)
             stmt.commit()
 
-    @staticmethod
-    def fits_without_victims(ssn: Session, job: PodGroupInfo) -> bool:
-        """The job's next tasks fit on idle or releasing resources as things are (tried, then undone)."""
+    def fits_without_victims(self, ssn: Session, job: PodGroupInfo) -> bool:
+        """The job's next tasks fit on idle or releasing resources as things are (tried, then undone).
+
+        Remembered per shape of the tasks (everything a task's fit depends on, ``placement.failure_key``)
+        until a statement commits: in between every try starts from the same state. Jobs with a topology
+        constraint are always tried."""
+        tasks = ssn.tasks_to_allocate(job)
+        key: tuple[object, ...] | None = None
+        if not job.has_topology:
+            key = (ssn.commits, *(failure_key(t, True, False) for t in tasks))
+            known = self._fits.get(key)
+            if known is not None:
+                return known
         stmt = Statement(ssn)
-        fits = allocate_job(ssn, job, stmt, pipeline_only=True, explain=False)
+        fits = allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=tasks)
         stmt.discard()
+        if key is not None:
+            self._fits[key] = fits
         return fits
 
     def accept(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> None:

@@ -114,7 +114,7 @@ def place_task(
         err = pre(task)
         if err is not None:
             return err.message
-    cache_key = _failure_key(task, pipeline_only, explain) if node_mask is None else None
+    cache_key = failure_key(task, pipeline_only, explain) if node_mask is None else None
     if cache_key is not None:
         known = ssn.fit_failures.get(cache_key)
         if known is not None and known[0] == ssn.nodes.version:
@@ -125,7 +125,7 @@ def place_task(
     return detail
 
 
-def _failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
+def failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
     """Everything a task's fit depends on besides the cluster state (which ``nodes.version`` stands for)."""
     job = task.job
     return (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity), task.namespace,
