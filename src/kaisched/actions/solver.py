@@ -450,21 +450,25 @@ def _left_evicted(job: PodGroupInfo, revivable: set[str]) -> bool:
 class MovePacking:
     """A necessary condition for a moves-only scenario: P's pods and every victim placed again.
 
-    Items are the whole-GPU pods (P's tasks and the victims), bins the nodes with the whole GPUs each could
-    offer: ``cap`` = idle + releasing + free room on shared GPUs, plus the devices the scenario's victims
-    hold there (an upper bound: a pod needs that many whole devices idle or releasing). For every item size
-    ``s``, the items of at least ``s`` GPUs must fit in count (``sum floor(cap / s)`` slots) and in total (the
-    GPUs of the nodes with ``cap >= s``). Packing ignores CPU, memory, predicates and queue limits, so it never
-    rejects a scenario the simulation could solve; it rejects the scenarios whose moved pods have nowhere to go.
+    Items are the whole-GPU pods (P's tasks and the victims), bins the nodes with the whole devices each
+    could offer: ``cap`` = whole devices idle or releasing (a shared device is not whole), plus the devices
+    the scenario's victims hold there (an upper bound: a fractional victim frees its device only with its
+    sharers). For every item size ``s``, the items of at least ``s`` GPUs must fit in count (``sum floor(cap
+    / s)`` slots) and in total (the GPUs of the nodes with ``cap >= s``). P's single-device fractions add one
+    item of 1 GPU when no shared device anywhere has room for them and no fractional victim frees some: they
+    then open a whole device. Packing ignores CPU, memory, predicates and queue limits, so it never rejects a
+    scenario the simulation could solve; it rejects the scenarios whose moved pods have nowhere to go.
     Built once per solver run: every simulation starts from (and rolls back to) the same state.
     """
 
-    __slots__ = ("_base", "cap")
+    __slots__ = ("_base", "_shares", "cap", "ssn")
 
     def __init__(self, ssn: Session) -> None:
         nodes = ssn.nodes
-        self.cap: npt.NDArray[np.float64] = nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum
+        self.ssn = ssn
+        self.cap: npt.NDArray[np.float64] = nodes.idle[GPU] + nodes.releasing[GPU]
         self._base: dict[float, tuple[float, float]] = {}
+        self._shares: dict[tuple[object, ...], bool] = {}
 
     def _bins(self, s: float) -> tuple[float, float]:
         """(slots of s GPUs, GPUs on nodes with at least s) over the whole cluster as it stands."""
@@ -475,14 +479,28 @@ class MovePacking:
             self._base[s] = known
         return known
 
+    def _room_on_shared(self, task: TaskInfo) -> bool:
+        """Some shared device (on any node) has room for the fraction as things stand."""
+        key = (task.gpu.kind, task.gpu.portion, task.gpu.memory_mib)
+        known = self._shares.get(key)
+        if known is None:
+            shared = self.ssn.nodes.shared
+            known = self._shares[key] = bool((shared.free_pipe + 1e-9 >= shared.need(task)).any())
+        return known
+
     def could_pack(self, tasks: list[TaskInfo], evict: list[TaskInfo]) -> bool:
         sizes = [float(t.req[GPU]) for t in tasks if t.req[GPU] > 0]
         extra: dict[int, float] = {}
+        frees_shared = False
         for t in evict:
             if t.node >= 0:
                 extra[t.node] = extra.get(t.node, 0.0) + t.devices
             if t.req[GPU] > 0:
                 sizes.append(float(t.req[GPU]))
+            frees_shared = frees_shared or t.gpu.shared
+        fractions = [t for t in tasks if t.gpu.shared and t.gpu.count == 1]
+        if fractions and not frees_shared and not any(self._room_on_shared(t) for t in fractions):
+            sizes.append(1.0)  # they open a whole device (all of them may share that one)
         if not sizes:
             return True
         sizes.sort(reverse=True)
