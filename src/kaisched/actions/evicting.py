@@ -7,7 +7,7 @@ from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job, failure_key
 from kaisched.actions.solver import MessageFn, Validator, VictimSolver
-from kaisched.actions.victims import VictimOrder
+from kaisched.actions.victims import ChunkSequence, VictimOrder, VictimQueue
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -64,6 +64,8 @@ class EvictingAction(Action):
     _pool: tuple[int, list[PodGroupInfo]] | None = None  # (ssn.commits, preemptible running jobs)
     _order: tuple[int, VictimOrder] | None = None  # (ssn.commits, the pool sorted per leaf queue)
     _by_queue: tuple[int, dict[str, list[PodGroupInfo]]] | None = None  # (ssn.commits, the pool per queue)
+    # (ssn.commits, victims' identities -> their chunk sequence)
+    _sequences: tuple[int, dict[tuple[int, ...], ChunkSequence]] = (-1, {})
     #: every victim must be placed again (the action only moves pods): the solver prunes accordingly
     moves_only = False
 
@@ -110,6 +112,18 @@ class EvictingAction(Action):
             self._by_queue = (ssn.commits, by_queue)
         return self._by_queue[1].get(queue, [])
 
+    def chunk_sequence(self, ssn: Session, victims: list[PodGroupInfo]) -> ChunkSequence:
+        """The victims' chunk sequence, shared by every solver with the same victims until a statement is
+        committed (each starts from that same state)."""
+        if self._sequences[0] != ssn.commits:
+            self._sequences = (ssn.commits, {})
+        key = tuple(map(id, victims))
+        known = self._sequences[1].get(key)
+        if known is None:
+            queue = VictimQueue(ssn, victims, self.victim_order(ssn))
+            known = self._sequences[1][key] = ChunkSequence(queue, self.max_victim_jobs(ssn))
+        return known
+
     def victim_order(self, ssn: Session) -> VictimOrder:
         """The pool's jobs sorted per leaf queue, for every solver until a statement is committed (the
         victims an action gives a solver are taken from the pool in its order)."""
@@ -124,6 +138,7 @@ class EvictingAction(Action):
         self._order = None
         self._by_queue = None
         self._fits: dict[tuple[object, ...], bool] = {}
+        self._sequences = (-1, {})
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -147,7 +162,7 @@ class EvictingAction(Action):
             stmt = Statement(ssn)
             solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
                                   self.max_victim_jobs(ssn), moves_only=self.moves_only,
-                                  order=self.victim_order(ssn))
+                                  chunks=self.chunk_sequence(ssn, victims))
             scenario = solver.run(stmt)
             if scenario is None:
                 stmt.discard()

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job
-from kaisched.actions.victims import Chunk, VictimOrder, VictimQueue
+from kaisched.actions.victims import Chunk, ChunkSequence, VictimOrder, VictimQueue
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -61,18 +61,19 @@ class VictimSolver:
         max_victim_jobs: int = -1,
         moves_only: bool = False,
         order: VictimOrder | None = None,
+        chunks: ChunkSequence | None = None,
     ) -> None:
+        """``chunks``: the victims' chunk sequence when shared with other solvers (see ChunkSequence); else
+        one is made of ``victim_jobs`` (taken in ``order``) and ``max_victim_jobs``."""
         self.ssn = ssn
         self.action = action
         self.preemptor = preemptor
-        self.victims = VictimQueue(ssn, victim_jobs, order)
+        self.sequence = chunks or ChunkSequence(VictimQueue(ssn, victim_jobs, order), max_victim_jobs)
         self.validators = validators
         self.message = message
         self.max_victim_jobs = max_victim_jobs
         self.moves_only = moves_only
         self._packing: MovePacking | None = None
-        self.chunks: list[Chunk] = []
-        self._exhausted = False
         self._e_lists: tuple[list[int], list[float], list[int]] = ([], [], [])
         self._e_index: dict[str, int] = {}
         self._entries_upto = 0
@@ -83,19 +84,16 @@ class VictimSolver:
         self.filtered = 0
 
     # ---- victim chunks (materialised lazily, shared by all k) ------------------------------------
+    @property
+    def chunks(self) -> list[Chunk]:
+        return self.sequence.chunks
+
+    @property
+    def _exhausted(self) -> bool:
+        return self.sequence.exhausted
+
     def _chunk(self, i: int) -> Chunk | None:
-        while len(self.chunks) <= i and not self._exhausted:
-            chunk = self.victims.pop()
-            if chunk is None:
-                self._exhausted = True
-                break
-            if self.max_victim_jobs >= 0:
-                jobs = {c.job.key for c in self.chunks} | {chunk.job.key}
-                if len(jobs) > self.max_victim_jobs:
-                    self._exhausted = True
-                    break
-            self.chunks.append(chunk)
-        return self.chunks[i] if i < len(self.chunks) else None
+        return self.sequence.get(i)
 
     # ---- filter (spec 4.9 step 4c) --------------------------------------------------------------------
     @staticmethod

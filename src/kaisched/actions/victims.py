@@ -270,3 +270,34 @@ class VictimQueue:
     def __iter__(self) -> Iterator[Chunk]:
         while (chunk := self.pop()) is not None:
             yield chunk
+
+
+class ChunkSequence:
+    """A victim queue's chunks in pop order, materialised as asked for, up to ``max_victim_jobs`` distinct
+    jobs (negative: no limit). Solvers that start from the same state with the same victims (an action's
+    preemptors between two committed statements; consolidation's victims are the same for everyone) share
+    one: the sequence depends only on that state and those victims."""
+
+    __slots__ = ("_jobs", "chunks", "exhausted", "max_victim_jobs", "queue")
+
+    def __init__(self, queue: VictimQueue, max_victim_jobs: int = -1) -> None:
+        self.queue = queue
+        self.max_victim_jobs = max_victim_jobs
+        self.chunks: list[Chunk] = []
+        self.exhausted = False
+        self._jobs: set[str] = set()
+
+    def get(self, i: int) -> Chunk | None:
+        """Chunk ``i``, popping up to it; None past the end."""
+        while len(self.chunks) <= i and not self.exhausted:
+            chunk = self.queue.pop()
+            if chunk is None:
+                self.exhausted = True
+                break
+            if self.max_victim_jobs >= 0 and chunk.job.key not in self._jobs \
+                    and len(self._jobs) + 1 > self.max_victim_jobs:
+                self.exhausted = True
+                break
+            self._jobs.add(chunk.job.key)
+            self.chunks.append(chunk)
+        return self.chunks[i] if i < len(self.chunks) else None
