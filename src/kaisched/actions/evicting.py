@@ -139,6 +139,7 @@ class EvictingAction(Action):
         self._by_queue = None
         self._fits: dict[tuple[object, ...], bool] = {}
         self._sequences = (-1, {})
+        self._free = (-1, 0.0)
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -273,13 +274,16 @@ class ConsolidationAction(EvictingAction):
             return []
         return [j for j in pending_jobs(ssn) if j.preemptible]
 
+    _free: tuple[int, float] = (-1, 0.0)  # (ssn.commits, free GPUs then)
+
     def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
-        nodes = ssn.nodes
-        ok = nodes.schedulable
-        # whole GPUs and the free room on shared ones (spec 4.10)
-        free = float((nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum)[ok].sum())
+        if self._free[0] != ssn.commits:  # every job is looked at in the state the last commit left
+            nodes = ssn.nodes
+            # whole GPUs and the free room on shared ones (spec 4.10)
+            free = float((nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum)[nodes.schedulable].sum())
+            self._free = (ssn.commits, free)
         need = sum(t.quota_gpus for t in ssn.tasks_to_allocate(job))
-        return free + 1e-9 >= need
+        return self._free[1] + 1e-9 >= need
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
         return [v for v in self.preemptible_running(ssn) if v is not job]

@@ -104,6 +104,8 @@ class VictimSolver:
         candidates = free[mask]
         if len(candidates) < 1:
             return False
+        if len(needs) == 1:
+            return bool(candidates.max() + 1e-9 >= needs[0])
         k = min(len(needs), len(candidates))
         top = np.partition(candidates, len(candidates) - k)[len(candidates) - k:] if k < len(candidates) else candidates
         heap = [-float(x) for x in top]
