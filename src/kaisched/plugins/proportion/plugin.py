@@ -33,7 +33,7 @@ EPS = 1e-9
 Vec3 = list[float]
 
 
-#: most victim-queue keys remembered per session (a solver asks for the same ones over and over)
+#: most queue-order and victim-queue keys remembered per session (each, asked for the same ones over and over)
 VICTIM_KEY_MEMO_SIZE = 500_000
 
 
@@ -144,6 +144,7 @@ class ProportionPlugin(Plugin):
         self.queues: dict[str, QueueAttributes] = {}
         self._job_requests: dict[str, tuple[int, Vec3]] = {}
         self._victim_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
+        self._queue_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
             self.queues[name] = QueueAttributes(
@@ -256,8 +257,17 @@ class ProportionPlugin(Plugin):
         q = self.queues[queue]
         extra = self.job_request(job)
         allocated = q.allocated
-        with_job = [allocated[r] + extra[r] for r in range(3)]
-        return self._order_key(q, allocated, with_job, allocated)
+        # the key depends only on these amounts (see victim_key): remembered, as the job queue asks for the
+        # same ones again after every pop
+        memo = (queue, allocated[0], allocated[1], allocated[2], extra[0], extra[1], extra[2])
+        keys = self._queue_keys
+        key = keys.get(memo)
+        if key is None:
+            if len(keys) >= VICTIM_KEY_MEMO_SIZE:
+                keys.clear()
+            with_job = [allocated[r] + extra[r] for r in range(3)]
+            key = keys[memo] = self._order_key(q, allocated, with_job, allocated)
+        return key
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
         """Victim queue order (spec 4.5): the criteria of :meth:`key` for a queue that *holds* its next
