@@ -78,6 +78,10 @@ class EvictingAction(Action):
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
         raise NotImplementedError
 
+    def may_have_victims(self, ssn: Session, job: PodGroupInfo) -> bool:
+        """False only when :meth:`victims` is bound to be empty (a quick check)."""
+        return True
+
     def validators(self, ssn: Session) -> list[Validator]:
         return []
 
@@ -147,6 +151,8 @@ class EvictingAction(Action):
         while (job := queue.pop()) is not None:
             if not job.has_pending() or not self.eligible(ssn, job):
                 continue
+            if not self.may_have_victims(ssn, job):
+                continue  # (a quick check, with the outcome of finding no victims: nothing to do)
             if use_signatures:
                 key = (job.queue, signature(job))
                 difficulty = job_difficulty(ssn, job)
@@ -255,6 +261,9 @@ class PreemptAction(EvictingAction):
             v for v in self.pool_of_queue(ssn, job.queue)
             if v is not job and v.priority < job.priority and all(f(job, v) for f in filters)
         ]
+
+    def may_have_victims(self, ssn: Session, job: PodGroupInfo) -> bool:
+        return any(v.priority < job.priority for v in self.pool_of_queue(ssn, job.queue))
 
     def validators(self, ssn: Session) -> list[Validator]:
         return list(ssn.preempt_scenario_validators)
