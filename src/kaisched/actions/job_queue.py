@@ -55,7 +55,7 @@ class JobsQueue:
         for job in jobs:
             by_leaf.setdefault(job.queue, []).append(job)
         for leaf_jobs in by_leaf.values():
-            leaf_jobs.sort(key=ssn.job_order_key)
+            leaf_jobs.sort(key=ssn.cached_job_order_key)
             if depth is not None:
                 leaf_jobs = leaf_jobs[:depth]  # the best `depth` jobs of each queue (see compatibility.md)
             for job in leaf_jobs:
@@ -63,7 +63,7 @@ class JobsQueue:
 
     def push(self, job: PodGroupInfo) -> None:
         node = self._nodes[job.queue]
-        heapq.heappush(node.heap, (self.ssn.job_order_key(job), next(self._seq), job))
+        heapq.heappush(node.heap, (self.ssn.cached_job_order_key(job), next(self._seq), job))
         self._mark_dirty(node)
 
     def _mark_dirty(self, node: _QueueNode | None) -> None:
