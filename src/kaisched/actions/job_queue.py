@@ -1,9 +1,10 @@
 """Jobs ordered across the queue tree (spec 4.5).
 
 Popping descends from the root; at each level the child queue whose best pending job wins the queue
-order (proportion's comparator, spec 5.4) is chosen. Queue-order keys are cached per queue node and
-recomputed only for nodes marked dirty (the path of the last popped/pushed job), so the cost of a pop
-is proportional to the depth of the tree times the number of siblings, not to the number of jobs.
+order (proportion's comparator, spec 5.4) is chosen (the first of equals). Each queue node remembers its
+best child, the job a pop through it returns and its queue-order key; only the nodes marked dirty (the path
+of the last popped/pushed job) are computed again, so the cost of a pop is proportional to the depth of the
+tree times the number of siblings, not to the number of jobs.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from kaisched.model.job import PodGroupInfo
 
 
 class _QueueNode:
-    __slots__ = ("children", "dirty", "heap", "key", "name", "parent")
+    __slots__ = ("best", "children", "dirty", "heap", "job", "key", "name", "parent")
 
     def __init__(self, name: str, parent: str | None) -> None:
         self.name = name
         self.parent = parent  # by name, not by reference: no reference cycles, freed as soon as dropped
         self.children: list[_QueueNode] = []
         self.heap: list[tuple[tuple[object, ...], int, PodGroupInfo]] = []  # leaf only
-        self.key: tuple[object, ...] | None = None
+        self.key: tuple[object, ...] | None = None  # queue-order key for ``job``; None: no job below
+        self.best: _QueueNode | None = None  # the child a pop goes through (inner nodes)
+        self.job: PodGroupInfo | None = None  # the job a pop through this node returns
         self.dirty = True
 
 
@@ -34,6 +37,8 @@ class JobsQueue:
         tree = ssn.queues
         self._nodes: dict[str, _QueueNode] = {}
         self._roots: list[_QueueNode] = []
+        self._top: _QueueNode | None = None  # the root a pop goes through
+        self._top_dirty = True
         # only the queues of these jobs and their ancestors (a queue without jobs never wins a pop; the
         # solver builds a queue of a few victims' jobs for every simulation)
         needed: set[str] = set()
@@ -70,50 +75,40 @@ class JobsQueue:
         while node is not None:
             node.dirty = True
             node = self._nodes[node.parent] if node.parent is not None else None
+        self._top_dirty = True
 
-    def _best_job(self, node: _QueueNode) -> PodGroupInfo | None:
-        """The job a pop through this node would return (without removing it)."""
-        while node.children:
-            child = self._best_child(node.children)
-            if child is None:
-                return None
-            node = child
-        return node.heap[0][2] if node.heap else None
-
-    def _node_key(self, node: _QueueNode) -> tuple[object, ...] | None:
-        if node.dirty:
-            job = self._best_job(node)
-            order = self.ssn.queue_order
-            if job is None:
-                node.key = None
-            elif order is None:
-                node.key = ()
-            else:
-                node.key = order.key(node.name, job)
-            node.dirty = False
-        return node.key
-
-    def _best_child(self, nodes: list[_QueueNode]) -> _QueueNode | None:
+    def _best_of(self, nodes: list[_QueueNode]) -> _QueueNode | None:
+        """The node with the smallest key (the first of equals), refreshing dirty ones."""
         best: _QueueNode | None = None
         best_key: tuple[object, ...] | None = None
         for node in nodes:
-            key = self._node_key(node)
-            if key is None:
-                continue
-            if best is None or best_key is None:
-                best, best_key = node, key
-                continue
-            if key < best_key:
+            if node.dirty:
+                self._refresh(node)
+            key = node.key
+            if key is not None and (best_key is None or key < best_key):
                 best, best_key = node, key
         return best
 
+    def _refresh(self, node: _QueueNode) -> None:
+        if node.children:
+            node.best = self._best_of(node.children)
+            node.job = node.best.job if node.best is not None else None
+        else:
+            node.job = node.heap[0][2] if node.heap else None
+        order = self.ssn.queue_order
+        job = node.job
+        node.key = None if job is None else (() if order is None else order.key(node.name, job))
+        node.dirty = False
+
     def pop(self) -> PodGroupInfo | None:
-        best = self._best_child(self._roots)
-        if best is None:
+        if self._top_dirty:
+            self._top = self._best_of(self._roots)
+            self._top_dirty = False
+        node = self._top
+        if node is None:
             return None
-        node = best
         while node.children:
-            child = self._best_child(node.children)
+            child = node.best
             if child is None:  # cannot happen: a non-None key means a job below
                 return None
             node = child
@@ -122,4 +117,7 @@ class JobsQueue:
         return job
 
     def __bool__(self) -> bool:
-        return any(self._node_key(r) is not None for r in self._roots)
+        if self._top_dirty:
+            self._top = self._best_of(self._roots)
+            self._top_dirty = False
+        return self._top is not None
