@@ -24,13 +24,17 @@ def signature(job: PodGroupInfo) -> tuple[object, ...]:
     node selector, node affinity, tolerations, priority and host ports of each pod set."""
     out: list[object] = [job.priority]
     for name in sorted(job.pod_sets):
-        pods = sorted(
-            repr((t.signature, t.host_ports, t.pod.priority_class_name, t.gpu.kind, t.gpu.count))
-            for t in job.pod_sets[name].tasks
-             if t.status is TaskStatus.PENDING
-        )
+        pods = sorted(_constraints(t) for t in job.pod_sets[name].tasks if t.status is TaskStatus.PENDING)
         out.append((name, tuple(pods)))
     return tuple(out)
+
+
+def _constraints(t: TaskInfo) -> str:
+    text = t.constraints_text
+    if not text:
+        text = t.constraints_text = repr((t.signature, t.host_ports, t.pod.priority_class_name, t.gpu.kind,
+                                          t.gpu.count))
+    return text
 
 
 def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:

@@ -44,6 +44,8 @@ class TaskInfo:
     # GPU devices the pod holds at most: its whole GPUs, or each shared device it is on (evicting it frees
     # that many whole GPUs at most: a shared device is freed when its other pods go too)
     devices: float = 0.0
+    # the pod's scheduling constraints as text (the eviction actions' signature), computed once per session
+    constraints_text: str = ""
 
     @property
     def key(self) -> str:
