@@ -315,3 +315,29 @@ def test_run_loops_until_stopped_and_leads_with_a_lease(server: FakeApiServer, m
     lease = server.get_object("coordination.k8s.io/v1", "Lease", "kai-scheduler", "kai-scheduler")
     assert lease is not None and lease["spec"]["holderIdentity"] == "one"
     assert get_pod(server, "l-0")["spec"].get("nodeName") == "node-0"
+
+
+def test_an_unchanged_cluster_is_not_scheduled_again(server: FakeApiServer, make_scheduler: Any) -> None:
+    """Once the scheduler's own status writes are back in its caches, a cycle where nothing changed is answered
+    by the cycle memo (same decisions, no new writes); a change runs the next cycle in full."""
+    base_cluster(server, nodes=1)
+    server.seed(pod_group("big", "team-a", 3))
+    for i in range(3):
+        server.seed(pod(f"big-{i}", "team-a", 4, group="big"))
+    sched = make_scheduler()
+    cycle(sched)  # full: writes the PodGroup's conditions, the pods' PodScheduled, events
+    settle(sched, server)
+    cycle(sched)  # full: its own writes changed the objects
+    writes = sum(len(server.requests_matching(m)) for m in ("PUT", "PATCH", "POST"))
+    assert writes > 0
+    settle(sched, server)
+    hits = sched.memo.hits
+    for _ in range(3):
+        cycle(sched)
+    assert sched.memo.hits == hits + 3
+    assert sum(len(server.requests_matching(m)) for m in ("PUT", "PATCH", "POST")) == writes  # nothing new to say
+    server.seed(pod("solo", "team-b", 1, group=None))  # a change: the next cycle runs and binds it
+    settle(sched, server)
+    cycle(sched)
+    assert sched.memo.hits == hits + 3
+    assert get_pod(server, "solo")["spec"].get("nodeName") == "node-0"
