@@ -28,7 +28,7 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -303,6 +303,24 @@ class VictimSolver:
     def _solve_partial(self, stmt: Statement, tasks: list[TaskInfo], recorded: list[TaskInfo]
                        ) -> Scenario | None:
         feasible = self._feasible(tasks)
+        scenarios: Iterable[list[TaskInfo]]
+        if recorded:
+            scenarios = self._scenarios(tasks, recorded, feasible)
+        else:
+            # without recorded victims the scenarios depend only on the tasks' shape, the victims' chunks and
+            # the state every solver of this chunk sequence starts from: walked once per shape, replayed
+            scenarios = self.sequence.walk(_walk_key(tasks), lambda: self._scenarios(tasks, recorded, feasible))
+        for evict in scenarios:
+            found = self._simulate(stmt, tasks, evict, feasible)
+            if found is not None:
+                return found
+        return None
+
+    def _scenarios(self, tasks: list[TaskInfo], recorded: list[TaskInfo], feasible: BoolArray
+                   ) -> Iterator[list[TaskInfo]]:
+        """The victim sets to simulate, in order: the recorded victims alone, then per newly added victim
+        chunk, per node it touches, the recorded victims and the potential victims on that node — each only
+        when the filters let it through."""
         nodes = self.ssn.nodes
         # node-affinity filter (spec 4.9 step 4a): P goes onto its victims' nodes, so every task needs an
         # allowed node among them
@@ -348,9 +366,7 @@ class VictimSolver:
 
         # scenario 0: the recorded victims only
         if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask) and self._packs(tasks, recorded):
-            found = self._simulate(stmt, tasks, recorded, feasible)
-            if found is not None:
-                return found
+            yield list(recorded)
         else:
             self.filtered += 1
         potential: list[TaskInfo] = list(recorded)
@@ -406,10 +422,7 @@ class VictimSolver:
                 if hopeless or not self._packs(tasks, evict):
                     self.filtered += 1
                     continue
-                found = self._simulate(stmt, tasks, evict, feasible)
-                if found is not None:
-                    return found
-        return None
+                yield evict
 
     # ---- entry point ----------------------------------------------------------------------------------
     def run(self, stmt: Statement) -> Scenario | None:
@@ -440,6 +453,13 @@ class VictimSolver:
             assert found is not None, "replaying the winning simulation must give the same solution"
             stmt.describe_evictions(lambda task: messages.get(task.uid) or self.message(task, self.preemptor))
         return found
+
+
+def _walk_key(tasks: list[TaskInfo]) -> tuple[object, ...]:
+    """Everything the scenario filters read of the preemptor's tasks (their static predicates go by the
+    scheduling signature)."""
+    return tuple((t.signature, float(t.req[GPU]), t.gpu.kind, t.gpu.count, t.gpu.portion, t.gpu.memory_mib)
+                 for t in tasks)
 
 
 def _left_evicted(job: PodGroupInfo, revivable: set[str]) -> bool:

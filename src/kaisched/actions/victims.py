@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import total_ordering
-from typing import Final, cast
+from typing import Final, Generic, TypeVar, cast
 
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo, PodSetInfo
@@ -278,7 +278,7 @@ class ChunkSequence:
     preemptors between two committed statements; consolidation's victims are the same for everyone) share
     one: the sequence depends only on that state and those victims."""
 
-    __slots__ = ("_jobs", "chunks", "exhausted", "max_victim_jobs", "queue")
+    __slots__ = ("_jobs", "_walks", "chunks", "exhausted", "max_victim_jobs", "queue")
 
     def __init__(self, queue: VictimQueue, max_victim_jobs: int = -1) -> None:
         self.queue = queue
@@ -286,6 +286,15 @@ class ChunkSequence:
         self.chunks: list[Chunk] = []
         self.exhausted = False
         self._jobs: set[str] = set()
+        self._walks: dict[object, _Replay[list[TaskInfo]]] = {}
+
+    def walk(self, key: object, make: Callable[[], Iterator[list[TaskInfo]]]) -> Iterator[list[TaskInfo]]:
+        """The scenarios ``make()`` yields for ``key``, computed once and replayed to every later solver with
+        the same key (as far as the earlier ones went, then further)."""
+        replay = self._walks.get(key)
+        if replay is None:
+            replay = self._walks[key] = _Replay(make())
+        return iter(replay)
 
     def get(self, i: int) -> Chunk | None:
         """Chunk ``i``, popping up to it; None past the end."""
@@ -301,3 +310,33 @@ class ChunkSequence:
             self._jobs.add(chunk.job.key)
             self.chunks.append(chunk)
         return self.chunks[i] if i < len(self.chunks) else None
+
+
+T = TypeVar("T")
+
+
+class _Replay(Generic[T]):
+    """An iterator's items, kept as they are pulled, so that it can be iterated again from the start."""
+
+    __slots__ = ("_done", "_items", "_source")
+
+    def __init__(self, source: Iterator[T]) -> None:
+        self._source = source
+        self._items: list[T] = []
+        self._done = False
+
+    def __iter__(self) -> Iterator[T]:
+        i = 0
+        while True:
+            if i < len(self._items):
+                yield self._items[i]
+                i += 1
+                continue
+            if self._done:
+                return
+            try:
+                item = next(self._source)
+            except StopIteration:
+                self._done = True
+                return
+            self._items.append(item)
