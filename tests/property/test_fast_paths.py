@@ -1,7 +1,8 @@
 """The scale work (issue 9) changes no decision: on random eviction clusters,
 
-* the consolidation solver's moves-only pruning (the packing relaxation, stopping a simulation once a victim
-  is left evicted) decides exactly as the plain search;
+* the eviction solvers' shortcuts — consolidation's moves-only pruning (the packing relaxation, stopping a
+  simulation once a victim is left evicted), chunk sequences shared between solvers, scenario walks replayed —
+  decide exactly as the plain search;
 * a cycle answered by the cycle memo is exactly the full cycle at that time (min-runtime boundaries and
   stale-gang grace periods included).
 """
@@ -17,19 +18,30 @@ import pytest
 from hypothesis import given
 
 from kaisched.actions import solver
-from kaisched.actions.evicting import ConsolidationAction
+from kaisched.actions.evicting import ConsolidationAction, EvictingAction
+from kaisched.actions.victims import ChunkSequence, VictimQueue
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
+from kaisched.framework.session import Session
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
+from kaisched.model.job import PodGroupInfo
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
+
+
+def _own_sequence(self: EvictingAction, ssn: Session, victims: list[PodGroupInfo]) -> ChunkSequence:
+    return ChunkSequence(VictimQueue(ssn, victims), self.max_victim_jobs(ssn))
 
 
 @contextmanager
 def plain_consolidation_search() -> Iterator[None]:
-    """Consolidation's solver without its moves-only pruning (the validator alone rejects what stays evicted)."""
+    """The solvers without what the scale work added: consolidation without its moves-only pruning (the
+    validator alone rejects what stays evicted), every solver with its own victim queue and chunks (nothing
+    shared between solvers) and its own walk through the scenarios (nothing replayed)."""
     with mock.patch.object(ConsolidationAction, "moves_only", False), \
-            mock.patch.object(solver.MovePacking, "could_pack", lambda self, tasks, evict: True):
+            mock.patch.object(solver.MovePacking, "could_pack", lambda self, tasks, evict: True), \
+            mock.patch.object(EvictingAction, "chunk_sequence", _own_sequence), \
+            mock.patch.object(ChunkSequence, "walk", lambda self, key, make: make()):
         yield
 
 
