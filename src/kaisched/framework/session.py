@@ -164,6 +164,7 @@ class Session:
         only for a session nobody looks at any more."""
         for task in self.snapshot.tasks.values():
             task.job = None
+        self.nodes.release()
         self.__dict__.clear()
 
     # ---- ordering -----------------------------------------------------------------------------------

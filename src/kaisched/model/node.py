@@ -118,6 +118,15 @@ class NodeTable:
     def __len__(self) -> int:
         return len(self.names)
 
+    def release(self) -> None:
+        """Let go of the tasks this table put on the shared per-node objects (the table is not used again):
+        the static part of the nodes stays cached, their tasks do not outlive the session."""
+        for j in self.touched:
+            info = self.infos[j]
+            info.tasks = {}
+            info.host_ports = {}
+        self.touched.clear()
+
     # ---- accounting -----------------------------------------------------------------------------
     def add_task(self, task: TaskInfo, node: int) -> None:
         """Put a task with an active-used status onto a node."""
