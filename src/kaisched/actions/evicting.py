@@ -125,7 +125,8 @@ class EvictingAction(Action):
         committed (each starts from that same state)."""
         if self._sequences[0] != ssn.commits:
             self._sequences = (ssn.commits, {})
-        key = tuple(map(id, victims))
+        # the pool itself (consolidation's usual victims) by identity, other lists by their jobs
+        key: tuple[int, ...] = (id(victims),) if victims is self.preemptible_running(ssn) else tuple(map(id, victims))
         known = self._sequences[1].get(key)
         if known is None:
             queue = VictimQueue(ssn, victims, self.victim_order(ssn))
@@ -299,7 +300,10 @@ class ConsolidationAction(EvictingAction):
         return self._free[1] + 1e-9 >= need
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
-        return [v for v in self.preemptible_running(ssn) if v is not job]
+        pool = self.preemptible_running(ssn)
+        if not has_active(job):
+            return pool  # a job with no active pod is not in the pool: the pool itself (one shared sequence)
+        return [v for v in pool if v is not job]
 
     def validators(self, ssn: Session) -> list[Validator]:
         return [all_victims_moved]
