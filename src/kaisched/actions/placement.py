@@ -127,10 +127,13 @@ def place_task(
 
 def failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
     """Everything a task's fit depends on besides the cluster state (which ``nodes.version`` stands for)."""
-    job = task.job
-    return (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity), task.namespace,
-            tuple(sorted(task.labels.items())), job.queue if job else "", job.preemptible if job else True,
-            pipeline_only, explain)
+    spec = task.fit_spec
+    if spec is None:  # the task's own part, built once per session
+        job = task.job
+        spec = task.fit_spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports,
+                                repr(task.pod.affinity), task.namespace, tuple(sorted(task.labels.items())),
+                                job.queue if job else "", job.preemptible if job else True)
+    return (spec, pipeline_only, explain)
 
 
 def _place(

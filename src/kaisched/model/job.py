@@ -80,6 +80,9 @@ class PodGroupInfo:
     version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
     root: SubGroupSet = field(default_factory=lambda: SubGroupSet(""))  # the subgroup tree (spec 9.5)
     has_topology: bool = False  # some (sub)group of it has a topology constraint
+    # (version, has_pending()): every status change bumps the version; not copied by ``replace`` (a view of
+    # the job with other pod sets starts afresh)
+    _pending: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -125,7 +128,12 @@ class PodGroupInfo:
         return used_any and short
 
     def has_pending(self) -> bool:
-        return any(t.status is TaskStatus.PENDING for ps in self.pod_sets.values() for t in ps.tasks)
+        known = self._pending
+        if known[0] == self.version:
+            return known[1]
+        pending = any(t.status is TaskStatus.PENDING for ps in self.pod_sets.values() for t in ps.tasks)
+        self._pending = (self.version, pending)
+        return pending
 
     def has_allocated(self) -> bool:
         return any(t.status in ALLOCATED for ps in self.pod_sets.values() for t in ps.tasks)

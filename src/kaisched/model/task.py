@@ -46,6 +46,8 @@ class TaskInfo:
     devices: float = 0.0
     # the pod's scheduling constraints as text (the eviction actions' signature), computed once per session
     constraints_text: str = ""
+    # everything its fit depends on besides the cluster state (placement.failure_key), once per session
+    fit_spec: tuple[object, ...] | None = None
 
     @property
     def key(self) -> str:
