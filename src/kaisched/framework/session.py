@@ -199,7 +199,8 @@ class Session:
         return list(cached[1])
 
     def _tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
-        ordered = self.pod_set_order(job)
+        # (one pod set, or one pending pod: nothing to order)
+        ordered = self.pod_set_order(job) if len(job.pod_sets) > 1 else list(job.pod_sets.values())
         unsatisfied = sum(1 for ps in ordered if ps.active_allocated < ps.min_available)
         limit = max(unsatisfied, 1)
         out: list[TaskInfo] = []
@@ -214,7 +215,8 @@ class Session:
             ]
             if not pending:
                 continue
-            pending.sort(key=self.task_order_key)
+            if len(pending) > 1:
+                pending.sort(key=self.task_order_key)
             a = ps.active_allocated
             n = ps.min_available - a if a < ps.min_available else 1
             out.extend(pending[:n])
