@@ -19,7 +19,7 @@ from kaisched.framework.session import Session
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
-from kaisched.model.snapshot import SnapshotOptions, build_snapshot
+from kaisched.model.snapshot import SnapshotOptions, build_snapshot, forget_cached_facts
 from kaisched.plugins.registry import build_plugins, validate_plugins
 from kaisched.podgrouper import group_pods, kind_defaults
 
@@ -114,5 +114,6 @@ def schedule(
     when = now or datetime.now(UTC)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
+    forget_cached_facts()  # every object is parsed afresh: no fact kept from an earlier cycle can serve
     with no_cyclic_gc():
         return _run_cycle(parse_objects(objects), cfg, when)

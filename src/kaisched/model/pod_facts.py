@@ -84,6 +84,11 @@ def pod_facts(pod: Pod) -> PodFacts:
     return f
 
 
+def forget_all() -> None:
+    """Forget every pod's facts (the next objects are all new: nothing kept could be used again)."""
+    _CACHE.clear()
+
+
 def retain(pods: list[Pod]) -> None:
     """Forget the facts of every pod not in ``pods`` (called once per snapshot; keeps the cache bounded)."""
     kept = {id(p): f for p in pods if (f := _CACHE.get(id(p))) is not None and f.pod is p}

@@ -39,7 +39,7 @@ from kaisched.model.gpu import (
 from kaisched.model.gpu_sharing import PRIVATE_PREFIX
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
 from kaisched.model.node import NodeTable
-from kaisched.model.pod_facts import PodFacts, pod_facts, retain
+from kaisched.model.pod_facts import PodFacts, forget_all, pod_facts, retain
 from kaisched.model.queue import QueueInfo, QueueTree
 from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, ResourceIndex, Vector
 from kaisched.model.segments import apply_segments
@@ -265,6 +265,13 @@ def _pod_group_facts(pg: PodGroup) -> _PodGroupFacts:
     return f
 
 
+def forget_cached_facts() -> None:
+    """Forget the facts kept for the latest snapshot's pods and PodGroups: the next cycle's objects are all
+    new (a one-shot cycle parses them again), so the old ones only take memory while they are parsed."""
+    forget_all()
+    _PG_FACTS.clear()
+
+
 def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
     kept = {id(pg): f for pg in pod_groups if (f := _PG_FACTS.get(id(pg))) is not None and f.pod_group is pg}
     _PG_FACTS.clear()
@@ -313,9 +320,9 @@ class SnapshotBuilder:
         parsed, now = self.parsed, self.now
         node_extra, gpu_memory, synced, min_gpu_memory = _node_facts(parsed.nodes)
         extra = set(node_extra)
+        retain(parsed.pods)  # first: the facts of pods gone are dropped before new ones are made
         for pod in parsed.pods:
             extra.update(pod_facts(pod).extended)
-        retain(parsed.pods)
         resources = ResourceIndex(extra)
         self.vector_names = tuple(resources.names)
         nodes = NodeTable(parsed.nodes, resources, gpu_memory, synced)
