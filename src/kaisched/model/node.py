@@ -290,6 +290,11 @@ _STATIC_CACHE: list[_StaticNodes] = []
 _STATIC_CACHE_SIZE = 4
 
 
+def forget_static_nodes() -> None:
+    """Forget the cached static parts of earlier node lists (the next list is new: they cannot be reused)."""
+    _STATIC_CACHE.clear()
+
+
 def _static_nodes(nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                   gpu_memory_synced: Sequence[bool] | None) -> _StaticNodes:
     key = (tuple(resources.names), tuple(gpu_memory), None if gpu_memory_synced is None else tuple(gpu_memory_synced))

@@ -38,7 +38,7 @@ from kaisched.model.gpu import (
 )
 from kaisched.model.gpu_sharing import PRIVATE_PREFIX
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
-from kaisched.model.node import NodeTable
+from kaisched.model.node import NodeTable, forget_static_nodes
 from kaisched.model.pod_facts import PodFacts, forget_all, pod_facts, retain
 from kaisched.model.queue import QueueInfo, QueueTree
 from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, ResourceIndex, Vector
@@ -266,10 +266,11 @@ def _pod_group_facts(pg: PodGroup) -> _PodGroupFacts:
 
 
 def forget_cached_facts() -> None:
-    """Forget the facts kept for the latest snapshot's pods and PodGroups: the next cycle's objects are all
-    new (a one-shot cycle parses them again), so the old ones only take memory while they are parsed."""
+    """Forget the facts kept for the latest snapshot's pods, PodGroups and nodes: the next cycle's objects are
+    all new (a one-shot cycle parses them again), so the old ones only take memory while they are parsed."""
     forget_all()
     _PG_FACTS.clear()
+    forget_static_nodes()
 
 
 def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
