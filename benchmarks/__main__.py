@@ -5,8 +5,8 @@ Three suites:
 * ``allocate`` (the default): one allocate cycle on 1,000-node clusters (``benchmarks/allocate.py``);
 * ``actions``: KAI's action benchmark shapes, one action each on 10 to 1,000 nodes, and heavier
   variants of reclaim, preempt and consolidation that make the action evict (``benchmarks/actions.py``);
-* ``scale``: issue 9's 5,000-node cluster, an allocate cycle, a full cycle and the steady-state cycle after
-  it (``benchmarks/scale.py``).
+* ``scale``: issue 9's 5,000-node cluster, an allocate cycle, a full cycle and a steady-state cycle (nothing
+  changed since the last one) (``benchmarks/scale.py``).
 
 Each scenario (each shape and size) runs in a fresh interpreter (so that the process peak memory is its
 own); the parent collects the figures and prints the tables. Exit status 1 when a sanity check fails,
@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="FILE", type=Path, help="also write the figures as JSON to FILE ('-': stdout)")
     p.add_argument("--profile", choices=(*SCENARIOS, *actions.SHAPES, *scale.SHAPES), metavar="SCENARIO",
                    help="instead of timing, print the top cProfile entries of one cycle of SCENARIO (an action "
-                        "shape on its --nodes, default 100, 10 with --smoke; scale-steady: cycle 2 only)")
+                        "shape on its --nodes, default 100, 10 with --smoke; scale-steady: the timed cycle only)")
     p.add_argument("--top", type=int, default=25, metavar="N", help="entries printed by --profile (default: 25)")
     p.add_argument("--sort", default="cumulative", choices=("cumulative", "tottime", "ncalls"),
                    help="order of --profile entries (default: %(default)s)")
@@ -174,7 +174,8 @@ def profile_scale(args: argparse.Namespace) -> int:
     shape = args.profile
     t0 = time.perf_counter()
     cluster, census, cycle = scale.profile_cycle(shape, args.smoke)
-    what = "cycle 2 (cycle 1 and its binds already done)" if shape == "scale-steady" else "one cycle"
+    what = ("the cycle after cycle 2, on its objects (cycles 1 and 2 already done)" if shape == "scale-steady"
+            else "one cycle")
     print(f"{shape} ({scale.ACTIONS[shape]}): {cluster.description}; {len(cluster.objects):,} objects; set-up "
           f"{time.perf_counter() - t0:.1f} s; profiling {what}")
     prof = cProfile.Profile()
