@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from kaisched.actions.allocate import pending_jobs
 from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
@@ -62,14 +64,25 @@ def consolidation_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
             "procedure")
 
 
+@dataclass(slots=True)
+class _BetweenCommits:
+    """What an action's preemptors share between two committed statements: each of them starts from the state
+    the last commit left (the solvers' simulations and the fit tries are rolled back), so all of this is
+    computed once for them and dropped at the next commit."""
+
+    commits: int  # ``ssn.commits`` it belongs to
+    pool: list[PodGroupInfo] | None = None  # preemptible jobs with active pods
+    pool_by_queue: dict[str, list[PodGroupInfo]] | None = None
+    victim_order: VictimOrder | None = None
+    sequences: dict[tuple[int, ...], ChunkSequence] = field(default_factory=dict)  # victims' ids -> chunks
+    fits: dict[tuple[object, ...], bool] = field(default_factory=dict)  # task shapes -> fit without victims
+    free_gpus: float | None = None  # consolidation's gate
+
+
 class EvictingAction(Action):
     """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
 
-    _pool: tuple[int, list[PodGroupInfo]] | None = None  # (ssn.commits, preemptible running jobs)
-    _order: tuple[int, VictimOrder] | None = None  # (ssn.commits, the pool sorted per leaf queue)
-    _by_queue: tuple[int, dict[str, list[PodGroupInfo]]] | None = None  # (ssn.commits, the pool per queue)
-    # (ssn.commits, victims' identities -> their chunk sequence)
-    _sequences: tuple[int, dict[tuple[int, ...], ChunkSequence]] = (-1, {})
+    _shared: _BetweenCommits  # (set by execute)
     #: every victim must be placed again (the action only moves pods): the solver prunes accordingly
     moves_only = False
 
@@ -95,60 +108,61 @@ class EvictingAction(Action):
     def max_victim_jobs(self, ssn: Session) -> int:
         return -1
 
+    def shared(self, ssn: Session) -> _BetweenCommits:
+        """The state shared until the next committed statement."""
+        if self._shared.commits != ssn.commits:
+            self._shared = _BetweenCommits(ssn.commits)
+        return self._shared
+
     def preemptible_running(self, ssn: Session) -> list[PodGroupInfo]:
-        """Preemptible jobs with active pods: the pool every action picks from (cached until a statement is
-        committed: the solver's simulations are rolled back; per job until its version changes)."""
-        if self._pool is not None and self._pool[0] == ssn.commits:
-            return self._pool[1]
-        out = []
-        for job in self._preemptible:
-            cached = self._active.get(job.uid)
-            if cached is None or cached[0] != job.version:
-                cached = (job.version, has_active(job))
-                self._active[job.uid] = cached
-            if cached[1]:
-                out.append(job)
-        self._pool = (ssn.commits, out)
-        return out
+        """Preemptible jobs with active pods: the pool every action picks from (per job until its version
+        changes)."""
+        shared = self.shared(ssn)
+        if shared.pool is None:
+            out = []
+            for job in self._preemptible:
+                cached = self._active.get(job.uid)
+                if cached is None or cached[0] != job.version:
+                    cached = (job.version, has_active(job))
+                    self._active[job.uid] = cached
+                if cached[1]:
+                    out.append(job)
+            shared.pool = out
+        return shared.pool
 
     def pool_of_queue(self, ssn: Session, queue: str) -> list[PodGroupInfo]:
-        """The pool's jobs of one queue, in pool order (cached with the pool)."""
-        if self._by_queue is None or self._by_queue[0] != ssn.commits:
+        """The pool's jobs of one queue, in pool order."""
+        shared = self.shared(ssn)
+        if shared.pool_by_queue is None:
             by_queue: dict[str, list[PodGroupInfo]] = {}
             for job in self.preemptible_running(ssn):
                 by_queue.setdefault(job.queue, []).append(job)
-            self._by_queue = (ssn.commits, by_queue)
-        return self._by_queue[1].get(queue, [])
+            shared.pool_by_queue = by_queue
+        return shared.pool_by_queue.get(queue, [])
 
     def chunk_sequence(self, ssn: Session, victims: list[PodGroupInfo]) -> ChunkSequence:
-        """The victims' chunk sequence, shared by every solver with the same victims until a statement is
-        committed (each starts from that same state)."""
-        if self._sequences[0] != ssn.commits:
-            self._sequences = (ssn.commits, {})
+        """The victims' chunk sequence, shared by every solver with the same victims."""
+        shared = self.shared(ssn)
         # the pool itself (consolidation's usual victims) by identity, other lists by their jobs
         key: tuple[int, ...] = (id(victims),) if victims is self.preemptible_running(ssn) else tuple(map(id, victims))
-        known = self._sequences[1].get(key)
+        known = shared.sequences.get(key)
         if known is None:
             queue = VictimQueue(ssn, victims, self.victim_order(ssn))
-            known = self._sequences[1][key] = ChunkSequence(queue, self.max_victim_jobs(ssn))
+            known = shared.sequences[key] = ChunkSequence(queue, self.max_victim_jobs(ssn))
         return known
 
     def victim_order(self, ssn: Session) -> VictimOrder:
-        """The pool's jobs sorted per leaf queue, for every solver until a statement is committed (the
-        victims an action gives a solver are taken from the pool in its order)."""
-        if self._order is None or self._order[0] != ssn.commits:
-            self._order = (ssn.commits, VictimOrder(ssn, self.preemptible_running(ssn)))
-        return self._order[1]
+        """The pool's jobs sorted per leaf queue (the victims an action gives a solver are taken from the
+        pool in its order)."""
+        shared = self.shared(ssn)
+        if shared.victim_order is None:
+            shared.victim_order = VictimOrder(ssn, self.preemptible_running(ssn))
+        return shared.victim_order
 
     def execute(self, ssn: Session) -> None:
         self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
         self._active: dict[str, tuple[int, bool]] = {}
-        self._pool = None
-        self._order = None
-        self._by_queue = None
-        self._fits: dict[tuple[object, ...], bool] = {}
-        self._sequences = (-1, {})
-        self._free = (-1, 0.0)
+        self._shared = _BetweenCommits(-1)
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
         failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
@@ -190,20 +204,20 @@ class EvictingAction(Action):
         """The job's next tasks fit on idle or releasing resources as things are (tried, then undone).
 
         Remembered per shape of the tasks (everything a task's fit depends on, ``placement.failure_key``)
-        until a statement commits: in between every try starts from the same state. Jobs with a topology
-        constraint are always tried."""
+        until a statement commits. Jobs with a topology constraint are always tried."""
         tasks = ssn.tasks_to_allocate(job)
+        fits_of = self.shared(ssn).fits
         key: tuple[object, ...] | None = None
         if not job.has_topology:
-            key = (ssn.commits, *(failure_key(t, True, False) for t in tasks))
-            known = self._fits.get(key)
+            key = tuple(failure_key(t, True, False) for t in tasks)
+            known = fits_of.get(key)
             if known is not None:
                 return known
         stmt = Statement(ssn)
         fits = allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=tasks)
         stmt.discard()
         if key is not None:
-            self._fits[key] = fits
+            fits_of[key] = fits
         return fits
 
     def accept(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> None:
@@ -288,16 +302,15 @@ class ConsolidationAction(EvictingAction):
             return []
         return [j for j in pending_jobs(ssn) if j.preemptible]
 
-    _free: tuple[int, float] = (-1, 0.0)  # (ssn.commits, free GPUs then)
-
     def eligible(self, ssn: Session, job: PodGroupInfo) -> bool:
-        if self._free[0] != ssn.commits:  # every job is looked at in the state the last commit left
+        shared = self.shared(ssn)
+        if shared.free_gpus is None:
             nodes = ssn.nodes
             # whole GPUs and the free room on shared ones (spec 4.10)
-            free = float((nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum)[nodes.schedulable].sum())
-            self._free = (ssn.commits, free)
+            shared.free_gpus = float((nodes.idle[GPU] + nodes.releasing[GPU]
+                                      + nodes.shared.free_sum)[nodes.schedulable].sum())
         need = sum(t.quota_gpus for t in ssn.tasks_to_allocate(job))
-        return self._free[1] + 1e-9 >= need
+        return shared.free_gpus + 1e-9 >= need
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
         pool = self.preemptible_running(ssn)
