@@ -445,10 +445,7 @@ class SteadyState:
 
     def next_objects(self) -> ParsedObjects:
         """The objects of the next cycle: new lists (as the simulator builds them) of the same objects."""
-        p = self.parsed
-        return ParsedObjects(nodes=list(p.nodes), pods=list(p.pods), queues=list(p.queues),
-                             pod_groups=list(p.pod_groups), priority_classes=list(p.priority_classes),
-                             topologies=list(p.topologies))
+        return self.parsed.relisted()
 
     def cycle(self, parsed: ParsedObjects) -> kaisched.CycleResult:
         """The timed cycle: one period after the last one, on ``parsed`` (from :meth:`next_objects`)."""

@@ -23,7 +23,6 @@ from kaisched.actions.victims import ChunkSequence, VictimQueue
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.session import Session
-from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.job import PodGroupInfo
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
@@ -54,12 +53,6 @@ def test_moves_only_pruning_decides_as_the_plain_search(cluster: Cluster, action
     assert pruned.to_dict() == plain.to_dict()
 
 
-def _again(p: ParsedObjects) -> ParsedObjects:
-    return ParsedObjects(nodes=list(p.nodes), pods=list(p.pods), queues=list(p.queues), pod_groups=list(p.pod_groups),
-                         priority_classes=list(p.priority_classes), topologies=list(p.topologies),
-                         workloads=list(p.workloads), errors=list(p.errors))
-
-
 @SETTINGS
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_a_memo_answer_is_the_full_cycle(cluster: Cluster, actions: str | None) -> None:
@@ -69,8 +62,8 @@ def test_a_memo_answer_is_the_full_cycle(cluster: Cluster, actions: str | None) 
     run_prepared_cycle(objs, cfg, NOW, memo)
     # 30 s: inside every protection and grace period the generator draws; 61 s and 2 h: past some of them
     for later in (timedelta(seconds=30), timedelta(seconds=61), timedelta(hours=2)):
-        answered = run_prepared_cycle(_again(objs), cfg, NOW + later, memo)
-        assert answered.to_dict() == run_prepared_cycle(_again(objs), cfg, NOW + later).to_dict()
+        answered = run_prepared_cycle(objs.relisted(), cfg, NOW + later, memo)
+        assert answered.to_dict() == run_prepared_cycle(objs.relisted(), cfg, NOW + later).to_dict()
 
 
 @pytest.mark.parametrize("nodes", [30, 60])

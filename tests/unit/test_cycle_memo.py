@@ -28,13 +28,6 @@ def prepared(objs: list[Obj], cfg: SchedulerConfig) -> ParsedObjects:
     return prepare(parse_objects(objs), cfg, NOW)
 
 
-def same_lists(p: ParsedObjects) -> ParsedObjects:
-    """The next cycle's objects when nothing changed: new lists of the very same objects."""
-    return ParsedObjects(nodes=list(p.nodes), pods=list(p.pods), queues=list(p.queues), pod_groups=list(p.pod_groups),
-                         priority_classes=list(p.priority_classes), topologies=list(p.topologies),
-                         workloads=list(p.workloads), errors=list(p.errors))
-
-
 def created(ago: timedelta) -> str:
     return str(rfc3339(NOW - ago))
 
@@ -71,8 +64,8 @@ def test_a_cycle_on_the_same_objects_is_answered_exactly_as_a_full_cycle_would_d
     assert next(g for g in first.pod_groups if g.name == "default/stale").stale_since == rfc3339(NOW)
     assert memo.holds
     for later in (S, 30 * S):
-        answered = run_prepared_cycle(same_lists(objs), cfg, NOW + later, memo)
-        fresh = run_prepared_cycle(same_lists(objs), cfg, NOW + later)
+        answered = run_prepared_cycle(objs.relisted(), cfg, NOW + later, memo)
+        fresh = run_prepared_cycle(objs.relisted(), cfg, NOW + later)
         assert answered.to_dict() == fresh.to_dict()
     assert memo.hits == 2
     # the stamps are the answering cycle's own time, not the recorded one
@@ -87,15 +80,15 @@ def test_anything_changed_runs_the_cycle_in_full() -> None:
     objs = prepared(busy_cluster(), cfg)
     memo = CycleMemo()
     run_prepared_cycle(objs, cfg, NOW, memo)
-    changed_pod = same_lists(objs)
+    changed_pod = objs.relisted()
     changed_pod.pods[0] = replace(changed_pod.pods[0])  # an equal but new object: the API server sent it again
     assert memo.lookup(changed_pod, cfg, NOW + S) is None
-    fewer = same_lists(objs)
+    fewer = objs.relisted()
     fewer.pods.pop()
     assert memo.lookup(fewer, cfg, NOW + S) is None
-    assert memo.lookup(same_lists(objs), resolve_config({"actions": "allocate"}), NOW + S) is None
-    assert memo.lookup(same_lists(objs), cfg, NOW - S) is None  # the clock went back
-    assert memo.lookup(same_lists(objs), cfg, NOW + S) is not None
+    assert memo.lookup(objs.relisted(), resolve_config({"actions": "allocate"}), NOW + S) is None
+    assert memo.lookup(objs.relisted(), cfg, NOW - S) is None  # the clock went back
+    assert memo.lookup(objs.relisted(), cfg, NOW + S) is not None
     assert memo.misses == 1 + 4 and memo.hits == 1  # the first cycle asked too
 
 
@@ -115,12 +108,12 @@ def test_the_answer_expires_when_a_min_runtime_protection_ends() -> None:
     objs = prepared(min_runtime_cluster(started_ago=2 * M), cfg)  # protected until NOW + 3 min
     memo = CycleMemo()
     assert not run_prepared_cycle(objs, cfg, NOW, memo).evictions
-    before = run_prepared_cycle(same_lists(objs), cfg, NOW + 3 * M - S, memo)
+    before = run_prepared_cycle(objs.relisted(), cfg, NOW + 3 * M - S, memo)
     assert memo.hits == 1 and not before.evictions
-    after = run_prepared_cycle(same_lists(objs), cfg, NOW + 3 * M, memo)
+    after = run_prepared_cycle(objs.relisted(), cfg, NOW + 3 * M, memo)
     assert memo.hits == 1  # not answered: the protection ended
     assert [e.pod for e in after.evictions] == ["default/low-0"]
-    assert after.to_dict() == run_prepared_cycle(same_lists(objs), cfg, NOW + 3 * M).to_dict()
+    assert after.to_dict() == run_prepared_cycle(objs.relisted(), cfg, NOW + 3 * M).to_dict()
 
 
 def test_the_answer_expires_with_a_stale_gangs_grace_period() -> None:
@@ -131,9 +124,9 @@ def test_the_answer_expires_with_a_stale_gangs_grace_period() -> None:
                      pod("gang-0", group="gang", gpus=1, node="n1", created=created(M))], cfg)
     memo = CycleMemo()
     assert not run_prepared_cycle(objs, cfg, NOW, memo).evictions
-    assert not run_prepared_cycle(same_lists(objs), cfg, NOW + 29 * S, memo).evictions
+    assert not run_prepared_cycle(objs.relisted(), cfg, NOW + 29 * S, memo).evictions
     assert memo.hits == 1
-    evicted = run_prepared_cycle(same_lists(objs), cfg, NOW + 30 * S, memo)
+    evicted = run_prepared_cycle(objs.relisted(), cfg, NOW + 30 * S, memo)
     assert memo.hits == 1 and [e.pod for e in evicted.evictions] == ["default/gang-0"]
 
 

@@ -353,3 +353,10 @@ class ParsedObjects:
             self.workloads.append(obj)
         else:
             self.priority_classes.append(obj)
+
+    def relisted(self) -> ParsedObjects:
+        """New lists of the same objects (what a caller builds for its next cycle when nothing changed)."""
+        return ParsedObjects(nodes=list(self.nodes), pods=list(self.pods), queues=list(self.queues),
+                             pod_groups=list(self.pod_groups), priority_classes=list(self.priority_classes),
+                             topologies=list(self.topologies), workloads=list(self.workloads),
+                             errors=list(self.errors))
