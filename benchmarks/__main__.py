@@ -23,6 +23,7 @@ import pstats
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +125,23 @@ def action_runs(args: argparse.Namespace, shapes: list[str]) -> list[tuple[str, 
 # ------------------------------------------------------------------------------------------ profile
 
 
-def _print_profile(prof: cProfile.Profile, args: argparse.Namespace) -> None:
+def _profiled(run: Callable[[], kaisched.CycleResult], check: Callable[[kaisched.CycleResult], list[str]],
+              args: argparse.Namespace) -> int:
+    """Run one cycle under cProfile, say what it decided and whether its checks pass, print the profile."""
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    result = run()
+    prof.disable()
+    wall = time.perf_counter() - t0
+    failures = check(result)
+    print(f"{wall:.3f} s under cProfile; {len(result.binds):,} binds, {len(result.pipelined):,} pipelined, "
+          f"{len(result.evictions):,} evictions; checks: {'ok' if not failures else 'FAIL'}")
+    for f in failures:
+        print(f"  FAIL {f}")
     stats = pstats.Stats(prof, stream=sys.stdout)
     stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
+    return 1 if failures else 0
 
 
 def profile(args: argparse.Namespace) -> int:
@@ -137,16 +152,8 @@ def profile(args: argparse.Namespace) -> int:
     cluster, gen_s = generate(args.profile, args.smoke)
     config = scheduler_config(args.actions)
     print(f"{args.profile}: {cluster.description}; {len(cluster.objects):,} objects generated in {gen_s:.3f} s")
-    prof = cProfile.Profile()
-    prof.enable()
-    result = kaisched.schedule(cluster.objects, config, NOW)
-    prof.disable()
-    failures = check(cluster, Inventory.of(cluster.objects), result)
-    print(f"{len(result.binds):,} binds; checks: {'ok' if not failures else 'FAIL'}")
-    for f in failures:
-        print(f"  FAIL {f}")
-    _print_profile(prof, args)
-    return 1 if failures else 0
+    return _profiled(lambda: kaisched.schedule(cluster.objects, config, NOW),
+                     lambda result: check(cluster, Inventory.of(cluster.objects), result), args)
 
 
 def profile_action(args: argparse.Namespace) -> int:
@@ -155,19 +162,8 @@ def profile_action(args: argparse.Namespace) -> int:
     cluster, gen_s = actions.generate(shape, nodes)
     print(f"{shape} ({cluster.action}), {nodes} nodes: {cluster.description}; {len(cluster.objects):,} objects "
           f"generated in {gen_s:.3f} s")
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    result = kaisched.schedule(cluster.objects, cluster.config, NOW)
-    prof.disable()
-    wall = time.perf_counter() - t0
-    failures = actions.check(cluster, actions.Census.of(cluster.objects), result)
-    print(f"{wall:.3f} s under cProfile; {len(result.binds):,} binds, {len(result.pipelined):,} pipelined, "
-          f"{len(result.evictions):,} evictions; checks: {'ok' if not failures else 'FAIL'}")
-    for f in failures:
-        print(f"  FAIL {f}")
-    _print_profile(prof, args)
-    return 1 if failures else 0
+    return _profiled(lambda: kaisched.schedule(cluster.objects, cluster.config, NOW),
+                     lambda result: actions.check(cluster, actions.Census.of(cluster.objects), result), args)
 
 
 def profile_scale(args: argparse.Namespace) -> int:
@@ -178,19 +174,7 @@ def profile_scale(args: argparse.Namespace) -> int:
             else "one cycle")
     print(f"{shape} ({scale.ACTIONS[shape]}): {cluster.description}; {len(cluster.objects):,} objects; set-up "
           f"{time.perf_counter() - t0:.1f} s; profiling {what}")
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    result = cycle()
-    prof.disable()
-    wall = time.perf_counter() - t0
-    failures = scale.check(shape, census, result)
-    print(f"{wall:.3f} s under cProfile; {len(result.binds):,} binds, {len(result.pipelined):,} pipelined, "
-          f"{len(result.evictions):,} evictions; checks: {'ok' if not failures else 'FAIL'}")
-    for f in failures:
-        print(f"  FAIL {f}")
-    _print_profile(prof, args)
-    return 1 if failures else 0
+    return _profiled(cycle, lambda result: scale.check(shape, census, result), args)
 
 
 # ------------------------------------------------------------------------------------------- running
