@@ -33,8 +33,8 @@ EPS = 1e-9
 Vec3 = list[float]
 
 
-#: most queue-order and victim-queue keys remembered per session (each, asked for the same ones over and over)
-VICTIM_KEY_MEMO_SIZE = 500_000
+#: most queue-order keys (job and victim queues) remembered per session
+ORDER_KEY_MEMO_SIZE = 500_000
 
 
 @dataclass(slots=True, eq=False)
@@ -143,8 +143,7 @@ class ProportionPlugin(Plugin):
         self.total: Vec3 = _vec(ssn.snapshot.total)
         self.queues: dict[str, QueueAttributes] = {}
         self._job_requests: dict[str, tuple[int, Vec3]] = {}
-        self._victim_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
-        self._queue_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
+        self._order_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
             self.queues[name] = QueueAttributes(
@@ -257,17 +256,7 @@ class ProportionPlugin(Plugin):
         q = self.queues[queue]
         extra = self.job_request(job)
         allocated = q.allocated
-        # the key depends only on these amounts (see victim_key): remembered, as the job queue asks for the
-        # same ones again after every pop
-        memo = (queue, allocated[0], allocated[1], allocated[2], extra[0], extra[1], extra[2])
-        keys = self._queue_keys
-        key = keys.get(memo)
-        if key is None:
-            if len(keys) >= VICTIM_KEY_MEMO_SIZE:
-                keys.clear()
-            with_job = [allocated[r] + extra[r] for r in range(3)]
-            key = keys[memo] = self._order_key(q, allocated, with_job, allocated)
-        return key
+        return self._remembered_order_key(q, allocated, [allocated[r] + extra[r] for r in range(3)], allocated)
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
         """Victim queue order (spec 4.5): the criteria of :meth:`key` for a queue that *holds* its next
@@ -278,15 +267,20 @@ class ProportionPlugin(Plugin):
         q = self.queues[queue]
         held = [q.allocated[r] - removed[r] for r in range(3)]
         without = [held[r] - candidate[r] for r in range(3)]
-        # the key depends only on these amounts (a queue's fair share, deserved quota and priority are fixed
-        # for the session): victim queues ask for the same ones over and over while a solver searches
-        memo = (queue, *held, *without)
-        keys = self._victim_keys
+        return self._remembered_order_key(q, held, held, without)
+
+    def _remembered_order_key(self, q: QueueAttributes, used: Vec3, with_job: Vec3, without_job: Vec3
+                              ) -> tuple[object, ...]:
+        """:meth:`_order_key`, remembered for the session: it depends only on these amounts (a queue's fair
+        share, deserved quota and priority are fixed for the session), and the job and victim queues ask for
+        the same ones over and over (after every pop, in every simulation of a solver)."""
+        memo = (q.name, *used, *with_job, *without_job)
+        keys = self._order_keys
         key = keys.get(memo)
         if key is None:
-            if len(keys) >= VICTIM_KEY_MEMO_SIZE:
+            if len(keys) >= ORDER_KEY_MEMO_SIZE:
                 keys.clear()
-            key = keys[memo] = self._order_key(q, held, held, without)
+            key = keys[memo] = self._order_key(q, used, with_job, without_job)
         return key
 
     @staticmethod
