@@ -19,6 +19,7 @@ from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 
 Difficulty = tuple[int, tuple[tuple[float, ...], ...]]
+SignatureKey = tuple[str, tuple[object, ...]]  # (queue, signature)
 
 
 def signature(job: PodGroupInfo) -> tuple[object, ...]:
@@ -46,15 +47,6 @@ def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
     return (len(tasks), tuple(reqs))
 
 
-def has_active(job: PodGroupInfo) -> bool:
-    """The job may be a victim: it has active pods, and none of its pods is being bound in this cycle (a job
-    whose bind is in flight is left alone rather than cut below its minimum or undone at once)."""
-    tasks = [t for ps in job.pod_sets.values() for t in ps.tasks]
-    if any(t.status is TaskStatus.BINDING for t in tasks):
-        return False
-    return any(t.is_settled_active for t in tasks)
-
-
 def preempt_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
     return f"Pod {task.key} was preempted by higher priority workload {preemptor.key}"
 
@@ -66,23 +58,27 @@ def consolidation_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
 
 @dataclass(slots=True)
 class _BetweenCommits:
-    """What an action's preemptors share between two committed statements: each of them starts from the state
-    the last commit left (the solvers' simulations and the fit tries are rolled back), so all of this is
-    computed once for them and dropped at the next commit."""
+    """What the preemptors share between two committed statements: each of them starts from the state the
+    last commit left (the solvers' simulations and the fit tries are rolled back), so all of this is computed
+    once for them and dropped at the next commit. Kept on the session (``Session.eviction_state``): the three
+    eviction actions mostly run on one state (a full cycle at 5,000 nodes commits two statements in them)."""
 
     commits: int  # ``ssn.commits`` it belongs to
     pool: list[PodGroupInfo] | None = None  # preemptible jobs with active pods
     pool_by_queue: dict[str, list[PodGroupInfo]] | None = None
+    lowest_priority: dict[str, int] | None = None  # per queue, the lowest priority of its pool's jobs
     victim_order: VictimOrder | None = None
-    sequences: dict[tuple[int, ...], ChunkSequence] = field(default_factory=dict)  # victims' ids -> chunks
+    # (action, victims' ids) -> chunks: an action's own filters decide the walks a sequence replays
+    sequences: dict[tuple[object, ...], ChunkSequence] = field(default_factory=dict)
     fits: dict[tuple[object, ...], bool] = field(default_factory=dict)  # task shapes -> fit without victims
     free_gpus: float | None = None  # consolidation's gate
+    # job uid -> (job version, its signature key and difficulty): every action asks them of every pending job
+    signatures: dict[str, tuple[int, tuple[SignatureKey, Difficulty]]] = field(default_factory=dict)
 
 
 class EvictingAction(Action):
     """Shared loop: pending jobs in allocate order; for each, a victim solver over eligible victims."""
 
-    _shared: _BetweenCommits  # (set by execute)
     #: every victim must be placed again (the action only moves pods): the solver prunes accordingly
     moves_only = False
 
@@ -110,24 +106,17 @@ class EvictingAction(Action):
 
     def shared(self, ssn: Session) -> _BetweenCommits:
         """The state shared until the next committed statement."""
-        if self._shared.commits != ssn.commits:
-            self._shared = _BetweenCommits(ssn.commits)
-        return self._shared
+        state = ssn.eviction_state
+        if not isinstance(state, _BetweenCommits) or state.commits != ssn.commits:
+            state = ssn.eviction_state = _BetweenCommits(ssn.commits)
+        return state
 
     def preemptible_running(self, ssn: Session) -> list[PodGroupInfo]:
-        """Preemptible jobs with active pods: the pool every action picks from (per job until its version
-        changes)."""
+        """Preemptible jobs that may be victims (``PodGroupInfo.may_be_victim``): the pool every action picks
+        from."""
         shared = self.shared(ssn)
         if shared.pool is None:
-            out = []
-            for job in self._preemptible:
-                cached = self._active.get(job.uid)
-                if cached is None or cached[0] != job.version:
-                    cached = (job.version, has_active(job))
-                    self._active[job.uid] = cached
-                if cached[1]:
-                    out.append(job)
-            shared.pool = out
+            shared.pool = [job for job in self._preemptible if job.may_be_victim()]
         return shared.pool
 
     def pool_of_queue(self, ssn: Session, queue: str) -> list[PodGroupInfo]:
@@ -140,11 +129,24 @@ class EvictingAction(Action):
             shared.pool_by_queue = by_queue
         return shared.pool_by_queue.get(queue, [])
 
+    def lowest_priority_in_queue(self, ssn: Session, queue: str) -> int | None:
+        """The lowest priority among the pool's jobs of one queue (None: the queue has none)."""
+        shared = self.shared(ssn)
+        if shared.lowest_priority is None:
+            lowest: dict[str, int] = {}
+            for job in self.preemptible_running(ssn):
+                known = lowest.get(job.queue)
+                if known is None or job.priority < known:
+                    lowest[job.queue] = job.priority
+            shared.lowest_priority = lowest
+        return shared.lowest_priority.get(queue)
+
     def chunk_sequence(self, ssn: Session, victims: list[PodGroupInfo]) -> ChunkSequence:
         """The victims' chunk sequence, shared by every solver with the same victims."""
         shared = self.shared(ssn)
         # the pool itself (consolidation's usual victims) by identity, other lists by their jobs
-        key: tuple[int, ...] = (id(victims),) if victims is self.preemptible_running(ssn) else tuple(map(id, victims))
+        key: tuple[object, ...] = (self.name, id(victims)) if victims is self.preemptible_running(ssn) \
+            else (self.name, *map(id, victims))
         known = shared.sequences.get(key)
         if known is None:
             queue = VictimQueue(ssn, victims, self.victim_order(ssn))
@@ -161,11 +163,9 @@ class EvictingAction(Action):
 
     def execute(self, ssn: Session) -> None:
         self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
-        self._active: dict[str, tuple[int, bool]] = {}
-        self._shared = _BetweenCommits(-1)
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, self.candidates(ssn), depth)
-        failed: dict[tuple[str, tuple[object, ...]], Difficulty] = {}
+        failed: dict[SignatureKey, Difficulty] = {}
         use_signatures = ssn.params.use_scheduling_signatures
         while (job := queue.pop()) is not None:
             if not job.has_pending() or not self.eligible(ssn, job):
@@ -173,8 +173,7 @@ class EvictingAction(Action):
             if not self.may_have_victims(ssn, job):
                 continue  # (a quick check, with the outcome of finding no victims: nothing to do)
             if use_signatures:
-                key = (job.queue, signature(job))
-                difficulty = job_difficulty(ssn, job)
+                key, difficulty = self.signature_and_difficulty(ssn, job)
                 known = failed.get(key)
                 if known is not None and not difficulty < known:
                     continue  # a job with the same constraints that was no harder already failed
@@ -199,6 +198,16 @@ class EvictingAction(Action):
                 continue
             self.accept(ssn, job, scenario)
             stmt.commit()
+
+    def signature_and_difficulty(self, ssn: Session, job: PodGroupInfo) -> tuple[SignatureKey, Difficulty]:
+        """(queue, :func:`signature`) and :func:`job_difficulty` of the job (per job version)."""
+        signatures = self.shared(ssn).signatures
+        known = signatures.get(job.uid)
+        if known is not None and known[0] == job.version:
+            return known[1]
+        value = ((job.queue, signature(job)), job_difficulty(ssn, job))
+        signatures[job.uid] = (job.version, value)
+        return value
 
     def fits_without_victims(self, ssn: Session, job: PodGroupInfo) -> bool:
         """The job's next tasks fit on idle or releasing resources as things are (tried, then undone).
@@ -282,7 +291,8 @@ class PreemptAction(EvictingAction):
         ]
 
     def may_have_victims(self, ssn: Session, job: PodGroupInfo) -> bool:
-        return any(v.priority < job.priority for v in self.pool_of_queue(ssn, job.queue))
+        lowest = self.lowest_priority_in_queue(ssn, job.queue)
+        return lowest is not None and lowest < job.priority
 
     def validators(self, ssn: Session) -> list[Validator]:
         return list(ssn.preempt_scenario_validators)
@@ -314,7 +324,7 @@ class ConsolidationAction(EvictingAction):
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
         pool = self.preemptible_running(ssn)
-        if not has_active(job):
+        if not job.may_be_victim():
             return pool  # a job with no active pod is not in the pool: the pool itself (one shared sequence)
         return [v for v in pool if v is not job]
 

@@ -119,6 +119,8 @@ class Session:
         self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
         # placement failures: task shape -> (nodes.version when it failed, fit error text)
         self.fit_failures: dict[tuple[object, ...], tuple[int, str]] = {}
+        #: what the eviction actions share until the next commit (actions.evicting keeps its type)
+        self.eviction_state: object = None
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:

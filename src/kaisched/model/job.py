@@ -83,6 +83,7 @@ class PodGroupInfo:
     # (version, has_pending()): every status change bumps the version; not copied by ``replace`` (a view of
     # the job with other pod sets starts afresh)
     _pending: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)
+    _victim: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)  # (version, may_be_victim())
 
     @property
     def key(self) -> str:
@@ -134,6 +135,23 @@ class PodGroupInfo:
         pending = any(t.status is TaskStatus.PENDING for ps in self.pod_sets.values() for t in ps.tasks)
         self._pending = (self.version, pending)
         return pending
+
+    def may_be_victim(self) -> bool:
+        """The job has active pods that may be evicted, and none of its pods is being bound in this cycle (a
+        job whose bind is in flight is left alone rather than cut below its minimum or undone at once).
+        Cached per version: the eviction actions ask it of every job after every committed statement."""
+        known = self._victim
+        if known[0] == self.version:
+            return known[1]
+        settled = False
+        for ps in self.pod_sets.values():
+            for t in ps.tasks:
+                if t.status is TaskStatus.BINDING:
+                    self._victim = (self.version, False)
+                    return False
+                settled = settled or t.is_settled_active
+        self._victim = (self.version, settled)
+        return settled
 
     def has_allocated(self) -> bool:
         return any(t.status in ALLOCATED for ps in self.pod_sets.values() for t in ps.tasks)
