@@ -32,24 +32,25 @@ def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int3
     if n == 0:
         return f"{NO_NODES}: 0 nodes in the cluster."
     reasons: Counter[str] = Counter()
+    open_nodes = None  # the nodes every predicate passes (None: all)
     if codes is not None:
-        for code, count in zip(*np.unique(codes[codes > 0], return_counts=True), strict=True):
-            reasons[ssn.reason_text(int(code))] += int(count)
+        per_code = np.bincount(codes, minlength=1)
+        for code in np.flatnonzero(per_code[1:]).tolist():
+            reasons[ssn.reason_text(code + 1)] += int(per_code[code + 1])
         open_nodes = codes == 0
-    else:
-        open_nodes = np.ones(n, dtype=np.bool_)
-    if open_nodes.any():
+    if open_nodes is None or open_nodes.any():
         lacking = nodes.insufficient_for(task)
         if lacking:
             # one bit per insufficient resource, counted per distinct combination
-            bits = np.zeros(int(open_nodes.sum()), dtype=np.int64)
+            bits = np.zeros(n if open_nodes is None else int(open_nodes.sum()), dtype=np.int64)
             for i, (_, mask) in enumerate(lacking):
-                bits |= mask[open_nodes].astype(np.int64) << i
+                bits |= (mask if open_nodes is None else mask[open_nodes]).astype(np.int64) << i
             names = [name for name, _ in lacking]
-            values, counts = np.unique(bits[bits > 0], return_counts=True)
-            for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            per_value = np.bincount(bits, minlength=1)
+            for below in np.flatnonzero(per_value[1:]).tolist():
+                value = below + 1
                 what = ", ".join(names[i] for i in range(len(lacking)) if value >> i & 1)
-                reasons[f"node(s) didn't have enough resources: {what}"] += count
+                reasons[f"node(s) didn't have enough resources: {what}"] += int(per_value[value])
     parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
     text = f"{NO_NODES}: " + ". \n".join(parts) + "."
     if ssn.params.detailed_fit_errors:
@@ -156,7 +157,7 @@ def _place(
     if len(indices) == 0:
         return fit_error_histogram(ssn, task, codes) if explain else ""
     if nodes.any_releasing:
-        fits_idle = nodes.fits_task(task, with_releasing=False)[indices]
+        fits_idle = nodes.fits_task_at(task, indices, with_releasing=False)
     else:  # nothing releasing anywhere: every candidate fits on idle resources
         fits_idle = np.ones(len(indices), dtype=np.bool_)
     cands = NodeCandidates(indices, fits_idle)
@@ -165,7 +166,9 @@ def _place(
     else:
         scores = np.zeros(len(indices))
         for scorer in ssn.node_scorers:
-            scores += scorer(task, cands)
+            score = scorer(task, cands)
+            if score is not None:
+                scores += score
         best = int(np.argmax(scores))  # first maximum: the smallest node name among ties
     node = int(indices[best])
     if task.gpu.shared:

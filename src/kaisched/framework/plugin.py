@@ -39,7 +39,8 @@ TaskKey = Callable[[TaskInfo], object]
 # returns per-node reason codes over ALL nodes (0 = passes), or None when every node passes
 Predicate = Callable[[TaskInfo], "npt.NDArray[np.int32] | None"]
 PrePredicate = Callable[[TaskInfo], "FitError | None"]
-NodeScorer = Callable[[TaskInfo, NodeCandidates], Vector]
+# per-candidate scores, or None when the scorer gives every candidate 0 (nothing to add)
+NodeScorer = Callable[[TaskInfo, NodeCandidates], "Vector | None"]
 JobCapacityCheck = Callable[[PodGroupInfo, list[TaskInfo]], "FitError | None"]
 TaskHandler = Callable[[TaskInfo], None]
 

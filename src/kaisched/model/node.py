@@ -84,8 +84,8 @@ def node_condition_error(node: Node) -> str | None:
 class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
-    __slots__ = ("allocatable", "any_releasing", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names",
-                 "releasing", "resources", "schedulable", "shared", "touched", "version")
+    __slots__ = ("_new_devices", "allocatable", "any_releasing", "by_name", "gpu_capacity", "idle", "infos",
+                 "legacy_mig", "names", "releasing", "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None) -> None:
@@ -114,6 +114,8 @@ class NodeTable:
         # False while no resource has ever been releasing or pipelined in this table: then "fits with
         # releasing resources" is "fits on idle ones" and is computed once
         self.any_releasing = False
+        # (version, with releasing, pod slots a task takes) -> new shared devices per node (new_gpu_slots)
+        self._new_devices: tuple[tuple[int, bool, float], IntArray] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -201,34 +203,69 @@ class NodeTable:
         mask: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
         return mask
 
+    def fits_at(self, req: Vector, indices: IntArray, *, with_releasing: bool) -> BoolArray:
+        """:meth:`fits` on the nodes ``indices`` only (aligned with them)."""
+        rows = np.flatnonzero(req > 0)
+        if len(rows) == 0:
+            return np.ones(len(indices), dtype=np.bool_)
+        sub = np.ix_(rows, indices)
+        avail = self.idle[sub] + self.releasing[sub] if with_releasing and self.any_releasing else self.idle[sub]
+        out: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
+        return out
+
     def insufficient(self, req: Vector, *, with_releasing: bool = True) -> list[tuple[int, BoolArray]]:
         """Per requested resource, the mask of nodes that lack it (for fit-error histograms)."""
         out: list[tuple[int, BoolArray]] = []
         for r in np.flatnonzero(req > 0):
-            avail = self.idle[r] + self.releasing[r] if with_releasing else self.idle[r]
+            avail = self.idle[r] + self.releasing[r] if with_releasing and self.any_releasing else self.idle[r]
             out.append((int(r), avail < req[r] - 1e-9))
         return out
 
     # ---- shared GPUs (spec 7.2) -----------------------------------------------------------------------
-    def new_gpu_slots(self, task: TaskInfo, *, with_releasing: bool) -> tuple[IntArray, IntArray]:
-        """Per node: whole free GPUs a task could open new shared devices on, and the pod slots left for
-        their reservations (each new device takes one more pod slot)."""
-        idle = self.idle[GPU]
-        free = np.floor(np.maximum(idle + self.releasing[GPU] if with_releasing else idle, 0.0) + EPSILON)
-        pods = self.idle[PODS] + (self.releasing[PODS] if with_releasing else 0.0)
+    def new_gpu_slots(self, task: TaskInfo, *, with_releasing: bool, at: IntArray | None = None
+                      ) -> tuple[IntArray, IntArray]:
+        """Per node (of ``at``, when given): whole free GPUs a task could open new shared devices on, and the
+        pod slots left for their reservations (each new device takes one more pod slot)."""
+        def row(values: Vector) -> Vector:
+            return values if at is None else values.take(at)
+        idle = row(self.idle[GPU])
+        free = np.floor(np.maximum(idle + row(self.releasing[GPU]) if with_releasing else idle, 0.0) + EPSILON)
+        pods = row(self.idle[PODS]) + (row(self.releasing[PODS]) if with_releasing else 0.0)
         slots = np.floor(pods - task.req[PODS] + EPSILON)
         return free.astype(np.int64), slots.astype(np.int64)
 
-    def shared_gpu_fit(self, task: TaskInfo, *, with_releasing: bool) -> BoolArray:
-        """Nodes with devices for a shared task (fraction or gpu-memory), ignoring its other resources."""
+    def new_devices(self, task: TaskInfo, *, with_releasing: bool) -> IntArray:
+        """Per node: how many new shared devices the task could open (whole free GPUs, each taking one more pod
+        slot). Depends on the accounting and the task's pod slots only: remembered until the next change."""
+        key = (self.version, with_releasing, float(task.req[PODS]))
+        known = self._new_devices
+        if known is not None and known[0] == key:
+            return known[1]
+        free, slots = self.new_gpu_slots(task, with_releasing=with_releasing)
+        new_ok = np.minimum(free, slots)
+        self._new_devices = (key, new_ok)
+        return new_ok
+
+    def shared_gpu_fit(self, task: TaskInfo, *, with_releasing: bool, at: IntArray | None = None) -> BoolArray:
+        """Nodes (of ``at``, when given) with devices for a shared task (fraction or gpu-memory), ignoring its
+        other resources."""
         shared = self.shared
         need = shared.need(task)
         k = task.gpu.count
-        free, slots = self.new_gpu_slots(task, with_releasing=with_releasing)
-        new_ok = np.minimum(free, slots)
-        if task.gpu.kind is GpuKind.MEMORY:
-            new_ok = np.where(shared.mem + EPSILON >= need, new_ok, 0)
+        if at is not None and k > 1:
+            return self.shared_gpu_fit(task, with_releasing=with_releasing)[at]
+        if at is None:
+            new_ok = self.new_devices(task, with_releasing=with_releasing)
+        else:
+            free, slots = self.new_gpu_slots(task, with_releasing=with_releasing, at=at)
+            new_ok = np.minimum(free, slots)
         best = shared.free_pipe if with_releasing else shared.free_idle
+        if at is not None:
+            best = best.take(at)
+            if isinstance(need, np.ndarray):
+                need = need.take(at)
+        if task.gpu.kind is GpuKind.MEMORY:
+            new_ok = np.where((shared.mem if at is None else shared.mem.take(at)) + EPSILON >= need, new_ok, 0)
         if k <= 1:
             result: BoolArray = (new_ok >= 1) | (best + EPSILON >= need)
             return result
@@ -245,6 +282,13 @@ class NodeTable:
         if task.gpu.shared:
             mask &= self.shared_gpu_fit(task, with_releasing=with_releasing)
         return mask
+
+    def fits_task_at(self, task: TaskInfo, indices: IntArray, *, with_releasing: bool) -> BoolArray:
+        """:meth:`fits_task` on the nodes ``indices`` only (aligned with them)."""
+        out = self.fits_at(task.req, indices, with_releasing=with_releasing)
+        if task.gpu.shared:
+            out &= self.shared_gpu_fit(task, with_releasing=with_releasing, at=indices)
+        return out
 
     def insufficient_for(self, task: TaskInfo) -> list[tuple[str, BoolArray]]:
         """Per lacking resource (KAI's name for it), the nodes that lack it even with releasing resources."""

@@ -35,11 +35,11 @@ class PreferredNodeAffinityScore:
     def __init__(self, nodes: NodeTable) -> None:
         self.nodes = nodes
 
-    def __call__(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+    def __call__(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         aff = task.pod.affinity
         preferred = aff.node_affinity.preferred if aff and aff.node_affinity else ()
         if not preferred:
-            return np.zeros(len(cands.indices))
+            return None
         infos = self.nodes.infos
         raw = np.array(
             [sum(p.weight for p in preferred if term_matches(p.preference, infos[i])) for i in cands.indices],
@@ -57,7 +57,7 @@ class PodAffinityPlugin(Plugin):
         self.nodes = ssn.nodes
         ssn.node_scorers.append(self.score)
 
-    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         aff = task.pod.affinity
         terms = []
         if aff is not None and aff.pod_affinity is not None:
@@ -65,7 +65,7 @@ class PodAffinityPlugin(Plugin):
         if aff is not None and aff.pod_anti_affinity is not None:
             terms += [(-w.weight, w.term) for w in aff.pod_anti_affinity.preferred]
         if not terms:
-            return np.zeros(len(cands.indices))
+            return None
         infos = self.nodes.infos
         pods = [t for info in infos for t in info.tasks.values() if t.status in ACTIVE_USED and t is not task]
         raw = np.zeros(len(cands.indices))

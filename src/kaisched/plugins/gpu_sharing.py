@@ -40,10 +40,10 @@ class GpuSharingOrderPlugin(Plugin):
         self.shared = ssn.nodes.shared
         ssn.node_scorers.append(self.score)
 
-    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         idx = cands.indices
         if not task.gpu.shared:
-            return np.zeros(len(idx))
+            return None
         need = self.shared.need(task)
         need_at = need[idx] if isinstance(need, np.ndarray) else need
         fits = self.shared.free_pipe[idx] + EPSILON >= need_at

@@ -44,9 +44,9 @@ class ResourceTypePlugin(Plugin):
         self.no_gpu = ssn.nodes.allocatable[GPU] <= 0
         ssn.node_scorers.append(self.score)
 
-    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         if task.gpu.any:
-            return np.zeros(len(cands.indices))
+            return None
         return np.asarray(self.no_gpu[cands.indices], dtype=np.float64) * RESOURCE_TYPE_SCORE
 
 
@@ -59,12 +59,13 @@ class NominatedNodePlugin(Plugin):
         self.by_name = ssn.nodes.by_name
         ssn.node_scorers.append(self.score)
 
-    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
-        out = np.zeros(len(cands.indices))
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         nominated = task.pod.nominated_node_name
-        if nominated:
-            idx = self.by_name.get(nominated, -1)
-            out[cands.indices == idx] = NOMINATED_NODE_SCORE
+        if not nominated:
+            return None
+        out = np.zeros(len(cands.indices))
+        idx = self.by_name.get(nominated, -1)
+        out[cands.indices == idx] = NOMINATED_NODE_SCORE
         return out
 
 
@@ -83,18 +84,23 @@ class NodePlacementPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         self.nodes = ssn.nodes
+        # nodes without any of the resource score 0 (allocatable is fixed for the session)
+        self.without = {r: ssn.nodes.allocatable[r] <= 0 for r in (GPU, CPU)}
+        self.all_have = {r: not bool(self.without[r].any()) for r in (GPU, CPU)}
         ssn.node_scorers.append(self.score)
 
-    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         r = GPU if task.gpu.any and task.gpu.kind is not GpuKind.MIG else CPU
         strategy = self.gpu if r == GPU else self.cpu
         idx = cands.indices
         nodes = self.nodes
-        non_alloc = nodes.idle[r, idx] + nodes.releasing[r, idx]
-        capacity = nodes.allocatable[r, idx]
-        has = capacity > 0
+        # idle + releasing (nothing releasing anywhere: idle, the same values)
+        non_alloc = nodes.idle[r].take(idx)
+        if nodes.any_releasing:
+            non_alloc += nodes.releasing[r].take(idx)
         if strategy == "spread":
-            out: Vector = np.divide(non_alloc, capacity, out=np.zeros(len(idx)), where=has)
+            capacity = nodes.allocatable[r].take(idx)
+            out: Vector = np.divide(non_alloc, capacity, out=np.zeros(len(idx)), where=capacity > 0)
             return out
         if len(idx) == 0:
             return np.zeros(0)
@@ -103,5 +109,6 @@ class NodePlacementPlugin(Plugin):
             out = np.full(len(idx), MAX_HIGH_DENSITY_SCORE)
         else:
             out = MAX_HIGH_DENSITY_SCORE * (1.0 - (non_alloc - lo) / (hi - lo))
-        out[~has] = 0.0
+        if not self.all_have[r]:
+            out[self.without[r].take(idx)] = 0.0
         return out

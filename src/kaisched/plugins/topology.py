@@ -115,10 +115,10 @@ class TopologyPlugin(Plugin):
         ssn.node_scorers.append(self.score)
 
     # ---- scoring --------------------------------------------------------------------------------
-    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector:
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         scores = self.ssn.topology_scores
         if scores is None:
-            return np.zeros(len(cands.indices))
+            return None
         out: Vector = scores[cands.indices]
         return out
 

@@ -1,0 +1,132 @@
+"""The placement and eviction-action shortcuts of the scale work (issue 9) change no decision: with each of
+them replaced by the plain computation it stands for, random eviction clusters and the scale benchmark's
+cluster are scheduled exactly alike (binds, pipelined pods, evictions, every status message).
+
+* new shared devices per node remembered until the accounting changes (``NodeTable.new_devices``);
+* "fits on idle resources" computed on the candidate nodes only (``NodeTable.fits_task_at``);
+* the fit-error histogram counted with ``bincount`` (the plain version: ``np.unique``);
+* the eviction actions' per-commit state shared by the three actions (``Session.eviction_state``), and the
+  signatures, victim candidacy and lowest victim priority remembered per job version / per commit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given
+
+from kaisched.actions import placement
+from kaisched.actions.evicting import EvictingAction, PreemptAction
+from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
+from kaisched.framework.session import Session
+from kaisched.k8s.parse import parse_objects
+from kaisched.model.job import PodGroupInfo
+from kaisched.model.node import IntArray, NodeTable
+from kaisched.model.status import TaskStatus
+from kaisched.model.task import TaskInfo
+from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
+
+
+def _plain_new_devices(self: NodeTable, task: TaskInfo, *, with_releasing: bool) -> IntArray:
+    free, slots = self.new_gpu_slots(task, with_releasing=with_releasing)
+    out: IntArray = np.minimum(free, slots)
+    return out
+
+
+def _plain_fits_task_at(self: NodeTable, task: TaskInfo, indices: IntArray, *, with_releasing: bool
+                        ) -> npt.NDArray[np.bool_]:
+    out: npt.NDArray[np.bool_] = self.fits_task(task, with_releasing=with_releasing)[indices]
+    return out
+
+
+def _plain_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
+    """The fit-error histogram as first written (``np.unique`` over every node)."""
+    nodes = ssn.nodes
+    reasons: Counter[str] = Counter()
+    if codes is not None:
+        for code, count in zip(*np.unique(codes[codes > 0], return_counts=True), strict=True):
+            reasons[ssn.reason_text(int(code))] += int(count)
+        open_nodes = codes == 0
+    else:
+        open_nodes = np.ones(len(nodes), dtype=np.bool_)
+    if open_nodes.any():
+        lacking = nodes.insufficient_for(task)
+        if lacking:
+            bits = np.zeros(int(open_nodes.sum()), dtype=np.int64)
+            for i, (_, mask) in enumerate(lacking):
+                bits |= mask[open_nodes].astype(np.int64) << i
+            names = [name for name, _ in lacking]
+            values, counts = np.unique(bits[bits > 0], return_counts=True)
+            for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+                what = ", ".join(names[i] for i in range(len(lacking)) if value >> i & 1)
+                reasons[f"node(s) didn't have enough resources: {what}"] += count
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    return f"{placement.NO_NODES}: " + ". \n".join(parts) + "."
+
+
+def _own_state_per_action(original: Any) -> Any:
+    def execute(self: EvictingAction, ssn: Session) -> None:
+        ssn.eviction_state = None  # nothing carried over from the action before
+        original(self, ssn)
+    return execute
+
+
+def _plain_victim(job: PodGroupInfo) -> bool:
+    tasks = job.tasks
+    return not any(t.status is TaskStatus.BINDING for t in tasks) and any(t.is_settled_active for t in tasks)
+
+
+def _plain_may_have_victims(self: PreemptAction, ssn: Session, job: PodGroupInfo) -> bool:
+    return any(v.priority < job.priority for v in self.pool_of_queue(ssn, job.queue))
+
+
+@contextmanager
+def plain_paths() -> Iterator[None]:
+    with mock.patch.object(NodeTable, "new_devices", _plain_new_devices), \
+            mock.patch.object(NodeTable, "fits_task_at", _plain_fits_task_at), \
+            mock.patch.object(placement, "fit_error_histogram", _plain_histogram), \
+            mock.patch.object(EvictingAction, "execute", _own_state_per_action(EvictingAction.execute)), \
+            mock.patch.object(PodGroupInfo, "may_be_victim", _plain_victim), \
+            mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims):
+        yield
+
+
+def test_the_plain_paths_are_really_swapped_in() -> None:
+    with plain_paths():
+        assert placement.fit_error_histogram is _plain_histogram
+        assert NodeTable.new_devices is _plain_new_devices
+    assert placement.fit_error_histogram is not _plain_histogram
+
+
+@SETTINGS
+@given(eviction_clusters(), ACTION_CONFIGS)
+def test_fast_paths_decide_as_the_plain_ones(cluster: Cluster, actions: str | None) -> None:
+    fast = schedule(cluster, actions)
+    with plain_paths():
+        plain = schedule(cluster, actions)
+    assert fast.to_dict() == plain.to_dict()
+
+
+@pytest.mark.parametrize("nodes", [30, 80])
+def test_fast_paths_decide_as_the_plain_ones_on_a_busy_cluster(nodes: int) -> None:
+    """The scale benchmark's cluster (fractions, gangs, thousands of failed fits), two cycles deep."""
+    from benchmarks.scale import ScaleSize, apply_result, scale_cluster
+
+    cfg = resolve_config(None)
+    objs = prepare(parse_objects(scale_cluster(ScaleSize(nodes, 3, 3, nodes * 10)).objects), cfg, NOW)
+    first = run_prepared_cycle(objs, cfg, NOW)
+    with plain_paths():
+        assert run_prepared_cycle(objs, cfg, NOW).to_dict() == first.to_dict()
+    again = apply_result(objs, first, NOW)
+    second = run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1))
+    with plain_paths():
+        assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
+    assert first.binds and first.pod_groups
