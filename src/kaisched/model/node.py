@@ -84,7 +84,7 @@ def node_condition_error(node: Node) -> str | None:
 class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
-    __slots__ = ("_new_devices", "allocatable", "any_releasing", "by_name", "gpu_capacity", "idle", "infos",
+    __slots__ = ("_new_devices", "_with_releasing", "allocatable", "any_releasing", "by_name", "gpu_capacity", "idle", "infos",
                  "legacy_mig", "names", "releasing", "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
@@ -116,6 +116,7 @@ class NodeTable:
         self.any_releasing = False
         # (version, with releasing, pod slots a task takes) -> new shared devices per node (new_gpu_slots)
         self._new_devices: tuple[tuple[int, bool, float], IntArray] | None = None
+        self._with_releasing: tuple[int, Vector] | None = None  # (version, idle + releasing)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -194,13 +195,26 @@ class NodeTable:
     def releasing_gpus(self, node: int) -> float:
         return float(self.releasing[GPU, node])
 
+    def available(self, *, with_releasing: bool) -> Vector:
+        """Idle resources, or idle + releasing ones, per resource and node (read-only; the sum is remembered
+        until the accounting changes)."""
+        if not (with_releasing and self.any_releasing):
+            return self.idle
+        known = self._with_releasing
+        if known is None or known[0] != self.version:
+            known = self._with_releasing = (self.version, self.idle + self.releasing)
+        return known[1]
+
     def fits(self, req: Vector, *, with_releasing: bool) -> BoolArray:
         """Nodes where ``req`` fits on idle (or idle + releasing) resources; only requested rows."""
         rows = np.flatnonzero(req > 0)
         if len(rows) == 0:
             return np.ones(len(self.names), dtype=np.bool_)
-        avail = self.idle[rows] + self.releasing[rows] if with_releasing and self.any_releasing else self.idle[rows]
-        mask: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
+        avail = self.available(with_releasing=with_releasing)
+        if len(rows) == len(avail):  # every resource requested: no copy of the rows
+            everywhere: BoolArray = np.logical_and.reduce(avail >= (req - 1e-9)[:, None], axis=0)
+            return everywhere
+        mask: BoolArray = np.logical_and.reduce(avail[rows] >= (req[rows] - 1e-9)[:, None], axis=0)
         return mask
 
     def fits_at(self, req: Vector, indices: IntArray, *, with_releasing: bool) -> BoolArray:
@@ -208,8 +222,7 @@ class NodeTable:
         rows = np.flatnonzero(req > 0)
         if len(rows) == 0:
             return np.ones(len(indices), dtype=np.bool_)
-        sub = np.ix_(rows, indices)
-        avail = self.idle[sub] + self.releasing[sub] if with_releasing and self.any_releasing else self.idle[sub]
+        avail = self.available(with_releasing=with_releasing)[np.ix_(rows, indices)]
         out: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
         return out
 
@@ -217,8 +230,7 @@ class NodeTable:
         """Per requested resource, the mask of nodes that lack it (for fit-error histograms)."""
         out: list[tuple[int, BoolArray]] = []
         for r in np.flatnonzero(req > 0):
-            avail = self.idle[r] + self.releasing[r] if with_releasing and self.any_releasing else self.idle[r]
-            out.append((int(r), avail < req[r] - 1e-9))
+            out.append((int(r), self.available(with_releasing=with_releasing)[r] < req[r] - 1e-9))
         return out
 
     # ---- shared GPUs (spec 7.2) -----------------------------------------------------------------------
