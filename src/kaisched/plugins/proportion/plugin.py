@@ -144,6 +144,8 @@ class ProportionPlugin(Plugin):
         self.queues: dict[str, QueueAttributes] = {}
         self._job_requests: dict[str, tuple[int, Vec3]] = {}
         self._order_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
+        # (queue, its allocation, the job's request) -> key(): the job queue asks after every pop
+        self._job_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
             self.queues[name] = QueueAttributes(
@@ -252,11 +254,21 @@ class ProportionPlugin(Plugin):
         return extra
 
     def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]:
-        """Spec 5.4 steps 1-6 as a sort key; steps 7-8 are the static ``sibling_rank``."""
+        """Spec 5.4 steps 1-6 as a sort key; steps 7-8 are the static ``sibling_rank``. Remembered by the
+        amounts it depends on: the queue's allocation and the job's request."""
         q = self.queues[queue]
-        extra = self.job_request(job)
+        cached = self._job_requests.get(job.uid)
+        extra = cached[1] if cached is not None and cached[0] == job.version else self.job_request(job)
         allocated = q.allocated
-        return self._remembered_order_key(q, allocated, [allocated[r] + extra[r] for r in range(3)], allocated)
+        memo = (queue, allocated[0], allocated[1], allocated[2], extra[0], extra[1], extra[2])
+        keys = self._job_keys
+        key = keys.get(memo)
+        if key is None:
+            if len(keys) >= ORDER_KEY_MEMO_SIZE:
+                keys.clear()
+            with_job = [allocated[r] + extra[r] for r in range(3)]
+            key = keys[memo] = self._remembered_order_key(q, allocated, with_job, allocated)
+        return key
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
         """Victim queue order (spec 4.5): the criteria of :meth:`key` for a queue that *holds* its next
