@@ -170,6 +170,8 @@ class Pod:
         For every resource, a container without a request but with a limit requests its limit
         (Kubernetes defaulting).
         """
+        if len(self.containers) == 1 and not self.init_containers and not self.overhead:
+            return _effective(self.containers[0])  # (the common pod: its one container's requests)
         total: dict[str, float] = {}
         for c in self.containers:
             for name, value in _effective(c).items():

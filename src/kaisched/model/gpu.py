@@ -154,8 +154,13 @@ def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None) -> 
     ann = pod.meta.annotations
     if requests is None:
         requests = pod.requests
-    whole = sum(requests.get(name, 0.0) for name in GPU_RESOURCE_NAMES)
-    mig = sum(mig_gpus(name) * value for name, value in requests.items() if name.startswith(C.MIG_RESOURCE_PREFIX))
+    whole = 0.0
+    for name in GPU_RESOURCE_NAMES:
+        whole += requests.get(name, 0.0)
+    mig = 0.0
+    for name, value in requests.items():
+        if name.startswith(C.MIG_RESOURCE_PREFIX):
+            mig += mig_gpus(name) * value
     raw_fraction = ann.get(C.GPU_FRACTION_ANNOTATION)
     raw_memory = ann.get(C.GPU_MEMORY_ANNOTATION)
     raw_devices = ann.get(C.GPU_FRACTION_NUM_DEVICES_ANNOTATION)
