@@ -201,8 +201,9 @@ class Session:
         return list(cached[1])
 
     def _tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
-        # (one pod set, or one pending pod: nothing to order)
-        ordered = self.pod_set_order(job) if len(job.pod_sets) > 1 else list(job.pod_sets.values())
+        if len(job.pod_sets) == 1:  # (most jobs: the loop below for one pod set)
+            return self._pending_of(next(iter(job.pod_sets.values())))
+        ordered = self.pod_set_order(job)
         unsatisfied = sum(1 for ps in ordered if ps.active_allocated < ps.min_available)
         limit = max(unsatisfied, 1)
         out: list[TaskInfo] = []
@@ -210,20 +211,27 @@ class Session:
         for ps in ordered:
             if taken >= limit:
                 break
-            revivable = self.revivable
-            pending = [
-                t for t in ps.tasks
-                if t.status is TaskStatus.PENDING or (t.status is TaskStatus.RELEASING and t.uid in revivable)
-            ]
+            pending = self._pending_of(ps)
             if not pending:
                 continue
-            if len(pending) > 1:
-                pending.sort(key=self.task_order_key)
-            a = ps.active_allocated
-            n = ps.min_available - a if a < ps.min_available else 1
-            out.extend(pending[:n])
+            out.extend(pending)
             taken += 1
         return out
+
+    def _pending_of(self, ps: PodSetInfo) -> list[TaskInfo]:
+        """The pod set's next tasks: up to its unsatisfied minimum, else one (in task order)."""
+        revivable = self.revivable
+        pending = [
+            t for t in ps.tasks
+            if t.status is TaskStatus.PENDING or (t.status is TaskStatus.RELEASING and t.uid in revivable)
+        ]
+        if not pending:
+            return pending
+        if len(pending) > 1:
+            pending.sort(key=self.task_order_key)
+        a = ps.active_allocated
+        n = ps.min_available - a if a < ps.min_available else 1
+        return pending[:n]
 
     # ---- events ---------------------------------------------------------------------------------------
     def fire_allocate(self, task: TaskInfo) -> None:

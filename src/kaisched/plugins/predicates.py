@@ -140,7 +140,11 @@ def _amount(r: int, value: float) -> str:
     return f"{value:g}"
 
 
+_NOT_ASKED = FitError("", "")  # max_node_resources: no answer remembered for the task yet
+
+
 # --------------------------------------------------------------------------------------- plugin
+
 class PredicatesPlugin(Plugin):
     name = "predicates"
 
@@ -149,6 +153,7 @@ class PredicatesPlugin(Plugin):
         self.nodes = ssn.nodes
         n = len(ssn.nodes)
         self._static: dict[tuple[object, ...], Codes | None] = {}
+        self._too_big: dict[str, FitError | None] = {}  # task uid -> max_node_resources (fixed for the session)
         self._label_values: dict[str, npt.NDArray[np.object_]] = {}
         # node conditions never change within a session
         cond = np.zeros(n, dtype=np.int32)
@@ -177,6 +182,15 @@ class PredicatesPlugin(Plugin):
 
     # ---- pre-predicate ------------------------------------------------------------------------
     def max_node_resources(self, task: TaskInfo) -> FitError | None:
+        """The task asks for more than any node has (of a resource, or of shared GPU devices); the answer
+        depends on the task and the nodes' allocatable resources only: remembered per task."""
+        known = self._too_big.get(task.uid, _NOT_ASKED)
+        if known is not _NOT_ASKED:
+            return known
+        error = self._too_big[task.uid] = self._larger_than_any_node(task)
+        return error
+
+    def _larger_than_any_node(self, task: TaskInfo) -> FitError | None:
         too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
         if len(too_big) == 0:
             return self._max_shared_gpu(task) if task.gpu.shared else None
