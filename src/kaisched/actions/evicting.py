@@ -60,7 +60,7 @@ def consolidation_message(task: TaskInfo, preemptor: PodGroupInfo) -> str:
 class _BetweenCommits:
     """What the preemptors share between two committed statements: each of them starts from the state the
     last commit left (the solvers' simulations and the fit tries are rolled back), so all of this is computed
-    once for them and dropped at the next commit. Kept on the session (``Session.eviction_state``): the three
+    once for them and dropped at the next commit. Kept on the session (in ``_EvictionState``): the three
     eviction actions mostly run on one state (a full cycle at 5,000 nodes commits two statements in them)."""
 
     commits: int  # ``ssn.commits`` it belongs to
@@ -72,8 +72,22 @@ class _BetweenCommits:
     sequences: dict[tuple[object, ...], ChunkSequence] = field(default_factory=dict)
     fits: dict[tuple[object, ...], bool] = field(default_factory=dict)  # task shapes -> fit without victims
     free_gpus: float | None = None  # consolidation's gate
+
+
+@dataclass(slots=True)
+class _EvictionState:
+    """What the eviction actions keep for the session (``Session.eviction_state``)."""
+
+    between: _BetweenCommits
     # job uid -> (job version, its signature key and difficulty): every action asks them of every pending job
     signatures: dict[str, tuple[int, tuple[SignatureKey, Difficulty]]] = field(default_factory=dict)
+
+    @staticmethod
+    def of(ssn: Session) -> _EvictionState:
+        state = ssn.eviction_state
+        if not isinstance(state, _EvictionState):
+            state = ssn.eviction_state = _EvictionState(_BetweenCommits(ssn.commits))
+        return state
 
 
 class EvictingAction(Action):
@@ -106,10 +120,10 @@ class EvictingAction(Action):
 
     def shared(self, ssn: Session) -> _BetweenCommits:
         """The state shared until the next committed statement."""
-        state = ssn.eviction_state
-        if not isinstance(state, _BetweenCommits) or state.commits != ssn.commits:
-            state = ssn.eviction_state = _BetweenCommits(ssn.commits)
-        return state
+        state = _EvictionState.of(ssn)
+        if state.between.commits != ssn.commits:
+            state.between = _BetweenCommits(ssn.commits)
+        return state.between
 
     def preemptible_running(self, ssn: Session) -> list[PodGroupInfo]:
         """Preemptible jobs that may be victims (``PodGroupInfo.may_be_victim``): the pool every action picks
@@ -201,7 +215,7 @@ class EvictingAction(Action):
 
     def signature_and_difficulty(self, ssn: Session, job: PodGroupInfo) -> tuple[SignatureKey, Difficulty]:
         """(queue, :func:`signature`) and :func:`job_difficulty` of the job (per job version)."""
-        signatures = self.shared(ssn).signatures
+        signatures = _EvictionState.of(ssn).signatures
         known = signatures.get(job.uid)
         if known is not None and known[0] == job.version:
             return known[1]
