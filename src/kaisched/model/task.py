@@ -48,10 +48,10 @@ class TaskInfo:
     constraints_text: str = ""
     # everything its fit depends on besides the cluster state (placement.failure_key), once per session
     fit_spec: tuple[object, ...] | None = None
+    key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
     @property
     def quota_gpus(self) -> float:
