@@ -43,7 +43,7 @@ def _constraints(t: TaskInfo) -> str:
 def job_difficulty(ssn: Session, job: PodGroupInfo) -> Difficulty:
     """Fewer pending pods, then smaller per-pod requests (sorted), is easier."""
     tasks = ssn.tasks_to_allocate(job)
-    reqs = sorted(((t.quota_gpus, *(float(x) for x in t.req)) for t in tasks), reverse=True)
+    reqs = sorted(((t.quota_gpus, *t.req.tolist()) for t in tasks), reverse=True)
     return (len(tasks), tuple(reqs))
 
 
