@@ -3,6 +3,10 @@
 * the eviction solvers' shortcuts — consolidation's moves-only pruning (the packing relaxation, stopping a
   simulation once a victim is left evicted), chunk sequences shared between solvers, scenario walks replayed —
   decide exactly as the plain search;
+* warm simulations (evictions kept from one simulation to the next, the filter's jump from per-entry
+  increments) and the reclaim validator's by-totals check decide exactly as simulating every scenario from
+  scratch and checking chunk by chunk (also on the ReclaimLargeJobs shape, where they are used hundreds of
+  times);
 * a cycle answered by the cycle memo is exactly the full cycle at that time (min-runtime boundaries and
   stale-gang grace periods included).
 """
@@ -15,17 +19,24 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import kaisched
 from kaisched.actions import solver
 from kaisched.actions.evicting import ConsolidationAction, EvictingAction
 from kaisched.actions.victims import ChunkSequence, VictimQueue
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
+from kaisched.framework.scenario import Scenario, VictimJob
 from kaisched.framework.session import Session
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.job import PodGroupInfo
+from kaisched.model.status import TaskStatus
+from kaisched.model.task import TaskInfo
+from kaisched.plugins.proportion.reclaim import ReclaimRules
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
+from tests.unit.builders import Obj, job, node, pod, pod_group, queue
 
 
 def _own_sequence(self: EvictingAction, ssn: Session, victims: list[PodGroupInfo]) -> ChunkSequence:
@@ -42,6 +53,130 @@ def plain_consolidation_search() -> Iterator[None]:
             mock.patch.object(EvictingAction, "chunk_sequence", _own_sequence), \
             mock.patch.object(ChunkSequence, "walk", lambda self, key, make: make()):
         yield
+
+
+@contextmanager
+def simulations_from_scratch() -> Iterator[None]:
+    """Every simulation evicts all of its victims from the state the solver started from (nothing kept in
+    place between simulations, the filter's jump vectorised from scratch), and the reclaim validator walks
+    every chunk."""
+    with mock.patch.object(solver.VictimSolver, "warm_simulations", False), \
+            mock.patch.object(ReclaimRules, "by_totals", False):
+        yield
+
+
+@SETTINGS
+@given(eviction_clusters(), ACTION_CONFIGS)
+def test_warm_simulations_decide_as_simulating_from_scratch(cluster: Cluster, actions: str | None) -> None:
+    warm = schedule(cluster, actions)
+    with simulations_from_scratch():
+        cold = schedule(cluster, actions)
+    assert warm.to_dict() == cold.to_dict()
+
+
+@st.composite
+def wide_reclaims(draw: st.DrawFn) -> list[Obj]:
+    """6-14 nodes full of an over-quota queue's work (single pods, gangs spread over two nodes, elastic jobs,
+    2-GPU pods, some GPUs left free) and pending jobs of several multi-GPU pods in an under-quota queue: many
+    k per solver, recorded victims, broken gangs, scenarios that fail and jumps over hopeless chunks."""
+    size = draw(st.sampled_from([4, 8]))
+    n_nodes = draw(st.integers(6, 14))
+    over = draw(st.sampled_from([0, 0, size, 3 * size]))  # a quota: some scenarios take too much of it
+    objs: list[Obj] = [queue("over", gpu=over, gpu_weight=0), queue("under", gpu=size * n_nodes, gpu_weight=1)]
+    free = []
+    for i in range(n_nodes):
+        objs.append(node(f"n{i:02d}", size))
+        free.append(size - draw(st.integers(0, 1)) if draw(st.integers(0, 3)) == 0 else size)
+    j = 0
+
+    def created() -> str:
+        return f"2025-01-01T{draw(st.integers(0, 11)):02d}:{draw(st.integers(0, 59)):02d}:00Z"
+
+    for i in range(n_nodes):
+        while free[i] > 0:
+            kind = draw(st.sampled_from(["single", "single", "gang", "elastic", "double"]))
+            name = f"v{j}"
+            j += 1
+            if kind == "gang" and i + 1 < n_nodes and free[i + 1] > 0:
+                objs += [pod_group(name, queue="over", min_member=2, created=created()),
+                         pod(f"{name}-0", group=name, gpus=1, node=f"n{i:02d}"),
+                         pod(f"{name}-1", group=name, gpus=1, node=f"n{i + 1:02d}")]
+                free[i] -= 1
+                free[i + 1] -= 1
+            elif kind == "elastic" and free[i] >= 3:
+                objs.append(pod_group(name, queue="over", min_member=1, created=created()))
+                objs += [pod(f"{name}-{k}", group=name, gpus=1, node=f"n{i:02d}") for k in range(3)]
+                free[i] -= 3
+            elif kind == "double" and free[i] >= 2:
+                objs += [pod_group(name, queue="over", created=created()),
+                         pod(f"{name}-0", group=name, gpus=2, node=f"n{i:02d}")]
+                free[i] -= 2
+            else:
+                objs += [pod_group(name, queue="over", created=created()),
+                         pod(f"{name}-0", group=name, gpus=1, node=f"n{i:02d}")]
+                free[i] -= 1
+    for p in range(draw(st.integers(1, 2))):
+        gpus = draw(st.sampled_from([g for g in (1, 2, 4, 8) if g <= size]))
+        objs += job(f"p{p}", draw(st.integers(2, 6)), queue="under", gpus=gpus, created=created(),
+                    min_member=draw(st.sampled_from([None, 1])))
+    return objs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wide_reclaims(), st.sampled_from(["reclaim", None]))
+def test_warm_simulations_decide_as_simulating_from_scratch_on_wide_reclaims(objs: list[Obj], actions: str | None
+                                                                             ) -> None:
+    config = {"actions": actions} if actions else None
+    warm = kaisched.schedule(objs, config=config, now=NOW)
+    with simulations_from_scratch():
+        cold = kaisched.schedule(objs, config=config, now=NOW)
+    assert warm.to_dict() == cold.to_dict()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wide_reclaims())
+def test_a_victim_job_shared_between_scenarios_is_validated_unchanged(objs: list[Obj]) -> None:
+    """What lets a validator reuse its sums (``Scenario.shared_prefix``): a VictimJob object validated again
+    holds the same tasks in the same statuses (a job placed again or grown gets a new object)."""
+    seen: dict[int, tuple[VictimJob, tuple[tuple[int, TaskStatus], ...]]] = {}
+    validate = ReclaimRules.validate
+
+    def checking(self: ReclaimRules, scenario: Scenario) -> bool:
+        for victim in scenario.victims.values():
+            now = tuple((id(t), t.status) for t in victim.tasks)
+            known = seen.setdefault(id(victim), (victim, now))
+            assert known[0] is not victim or known[1] == now, f"{victim.job.key} changed since validated"
+        return validate(self, scenario)
+
+    with mock.patch.object(ReclaimRules, "validate", checking):
+        kaisched.schedule(objs, config={"actions": "reclaim"}, now=NOW)
+
+
+@pytest.mark.parametrize("nodes", [20, 60])
+def test_warm_simulations_decide_as_simulating_from_scratch_on_reclaim_large_jobs(nodes: int) -> None:
+    """The benchmark's shape: one job of nodes/10 8-GPU pods reclaims 8 x nodes/10 1-GPU jobs, k by k; the
+    warm path must be the one taken there (and simulate from kept evictions)."""
+    from benchmarks import allocate as alloc
+    from benchmarks.actions import reclaim_large_jobs_cluster
+
+    cluster = reclaim_large_jobs_cluster(nodes)
+    kept: list[int] = []
+    evict = solver.WarmEvictions.evict
+
+    def counted(self: solver.WarmEvictions, tasks: list[TaskInfo], action: str, preemptor: str
+                ) -> tuple[int, set[str]]:
+        result = evict(self, tasks, action, preemptor)
+        kept.append(result[0])
+        return result
+
+    with mock.patch.object(solver.WarmEvictions, "evict", counted):
+        warm = kaisched.schedule(cluster.objects, cluster.config, alloc.NOW)
+    # one simulation per k, each keeping the k - 1 nodes' evictions of the last one
+    assert kept == [8 * k for k in range(nodes // 10)]
+    with simulations_from_scratch():
+        cold = kaisched.schedule(cluster.objects, cluster.config, alloc.NOW)
+    assert len(warm.evictions) == 8 * (nodes // 10)
+    assert warm.to_dict() == cold.to_dict()
 
 
 @SETTINGS
@@ -79,4 +214,7 @@ def test_moves_only_pruning_decides_as_the_plain_search_on_a_busy_cluster(nodes:
     again = apply_result(objs, first, NOW)
     second = run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1))
     with plain_consolidation_search():
+        assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
+    with simulations_from_scratch():
+        assert run_prepared_cycle(objs, cfg, NOW).to_dict() == first.to_dict()
         assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()

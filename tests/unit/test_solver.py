@@ -239,3 +239,49 @@ def test_a_fraction_with_no_shared_room_needs_a_whole_device() -> None:
     assert not packing.could_pack([tasks["p"]], [tasks["v"]])  # type: ignore[attr-defined]
     packing, tasks = _packing_session(node("a", 1), node("b", 1), queue("q"), pod("v", gpus=1, node="a"), frac)
     assert packing.could_pack([tasks["p"]], [tasks["v"]])  # type: ignore[attr-defined]
+
+
+# ---- warm simulations: only where the accounting is exact -----------------------------------------------
+def _session(*objs: object) -> object:
+    from kaisched.cluster.schedule import resolve_config
+    from kaisched.framework.session import Session
+    from kaisched.k8s.parse import parse_objects
+    from kaisched.model.snapshot import build_snapshot
+    from kaisched.plugins.registry import build_plugins
+
+    cfg = resolve_config(None)
+    ssn = Session(build_snapshot(parse_objects(flatten(*objs)), NOW), cfg, build_plugins(cfg.plugins))  # type: ignore[arg-type]
+    ssn.open()
+    return ssn
+
+
+def _shared(name: str, annotations: dict[str, str], node_name: str | None = None) -> list[dict[str, object]]:
+    p = pod(name, group=name, node=node_name)
+    p["metadata"]["annotations"] = annotations
+    return [pod_group(name), p]
+
+
+def test_accounting_is_exact_with_whole_gpus_and_binary_fractions_only() -> None:
+    from kaisched.actions.solver import exact_accounting
+
+    base = (node("a", 4), queue("q"), running("w", "a", 2))
+    assert exact_accounting(_session(*base))  # type: ignore[arg-type]
+    assert exact_accounting(_session(*base, _shared("half", {"gpu-fraction": "0.5"}, "a")))  # type: ignore[arg-type]
+    # a tenth of a GPU is no binary fraction: queue sums then depend on their order
+    assert not exact_accounting(_session(*base, _shared("tenth", {"gpu-fraction": "0.1"}, "a")))  # type: ignore[arg-type]
+    # GPU memory: the GPUs it counts for depend on the node
+    assert not exact_accounting(_session(*base, _shared("mem", {"gpu-memory": "1000"})))  # type: ignore[arg-type]
+    # a fraction of a byte: neither
+    assert not exact_accounting(_session(*base, pod("odd", group="w", memory="0.1")))  # type: ignore[arg-type]
+
+
+def test_common_prefix_compares_by_identity() -> None:
+    from kaisched.framework.scenario import common_prefix
+
+    a, b, c, d = object(), object(), object(), object()
+    assert common_prefix([a, b, c], [a, b, c]) == 3
+    assert common_prefix([a, b, c], [a, b]) == 2
+    assert common_prefix([a, b, c], [a, d, c]) == 1
+    assert common_prefix([a, b], [d]) == 0
+    assert common_prefix([], [a]) == 0
+    assert common_prefix([a, b, c, d], [a, b, c, a]) == 3

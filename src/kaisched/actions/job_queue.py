@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Mapping
 
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo
@@ -31,7 +32,14 @@ class _QueueNode:
 
 
 class JobsQueue:
-    def __init__(self, ssn: Session, jobs: list[PodGroupInfo], depth: int | None = None) -> None:
+    def __init__(self, ssn: Session, jobs: list[PodGroupInfo], depth: int | None = None,
+                 leaf_heaps: Mapping[str, list[tuple[tuple[object, ...], int, PodGroupInfo]]] | None = None
+                 ) -> None:
+        """``leaf_heaps``: more jobs, per leaf queue a list of (job-order key, sequence number, job) sorted by
+        key, keys unique (a heap), copied as that leaf's heap before ``jobs`` are pushed: a caller that keeps
+        such lists up to date (the victim solver, simulation after simulation) saves ordering every job again.
+        Keys are unique (they end with the job's uid), so the pop order does not depend on how a heap was
+        built."""
         self.ssn = ssn
         self._seq = itertools.count()
         tree = ssn.queues
@@ -45,6 +53,10 @@ class JobsQueue:
         for job in jobs:
             if job.queue not in needed and job.queue in tree.queues:
                 needed.update(tree.ancestors(job.queue))
+        ready = {leaf: entries for leaf, entries in (leaf_heaps or {}).items() if entries}
+        for leaf in ready:
+            if leaf not in needed and leaf in tree.queues:
+                needed.update(tree.ancestors(leaf))
         for name in tree.depth_first():
             if name not in needed:
                 continue
@@ -56,6 +68,10 @@ class JobsQueue:
                 self._roots.append(node)
             else:
                 parent.children.append(node)
+        for leaf, entries in ready.items():
+            node = self._nodes[leaf]
+            node.heap = list(entries)
+            self._mark_dirty(node)
         by_leaf: dict[str, list[PodGroupInfo]] = {}
         for job in jobs:
             by_leaf.setdefault(job.queue, []).append(job)
@@ -66,7 +82,11 @@ class JobsQueue:
                 keyed = keyed[:depth]  # the best `depth` jobs of each queue (see compatibility.md)
             # a sorted list is a heap: the same as pushing them one by one in this order
             node = self._nodes[leaf_jobs[0].queue]
-            node.heap.extend((k, next(self._seq), job) for k, job in keyed)
+            if node.heap:  # (a leaf of ``leaf_heaps``)
+                for k, job in keyed:
+                    heapq.heappush(node.heap, (k, next(self._seq), job))
+            else:
+                node.heap.extend((k, next(self._seq), job) for k, job in keyed)
             self._mark_dirty(node)
 
     def push(self, job: PodGroupInfo) -> None:

@@ -23,11 +23,24 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
   simulation when P's and the victims' whole-GPU pods cannot be packed into the GPUs there would be
   (:class:`MovePacking`, a relaxation that never rejects a scenario the simulation could solve), and a
   simulation stops as soon as one victim is left evicted (the validator would reject it anyway).
+* **Warm simulations** (:class:`WarmEvictions`): a simulation's victims start with the recorded ones, the last
+  simulation's victims, so the evictions are kept between simulations: a simulation rolls back to the last
+  eviction it shares with the previous one and evicts only the rest; what it reads of its victims (their
+  jobs in queue order, shapes, broken gangs, the scenario's victim jobs) is kept up to date alongside. The
+  solver then reads the cluster as it stood at its start from copies taken then, and pops more victim chunks
+  only after rolling back to it. Kept only where every resource amount is a multiple of 1/1024 (whole bytes
+  and millicores for memory and CPU) far from float limits (:func:`exact_accounting`): sums are then exact,
+  so the state reached does not depend on the order of the evictions and undos, and decisions are the same as
+  simulating from scratch. With recorded victims the filter's jump over hopeless chunks works from per-chunk
+  increments computed once per solver run, corrected on the recorded victims' nodes.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -36,9 +49,10 @@ import numpy.typing as npt
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job
 from kaisched.actions.victims import Chunk, ChunkSequence, VictimOrder, VictimQueue
-from kaisched.framework.scenario import Scenario
+from kaisched.framework.scenario import Scenario, VictimJob, common_prefix
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
+from kaisched.model.gpu import GpuKind, GpuRequest
 from kaisched.model.job import PodGroupInfo
 from kaisched.model.resources import GPU
 from kaisched.model.status import TaskStatus
@@ -47,9 +61,17 @@ from kaisched.model.task import TaskInfo
 MessageFn = Callable[[TaskInfo, PodGroupInfo], str]
 Validator = Callable[[Scenario], bool]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+HeapEntry = tuple[tuple[object, ...], int, PodGroupInfo]  # a JobsQueue leaf heap's entry
+Shape = tuple[bytes, GpuRequest]  # what a victim's fit depends on
 
 
 class VictimSolver:
+    #: keep evictions from one simulation to the next where exact (see the module doc); tests compare it with
+    #: simulating every scenario from scratch
+    warm_simulations = True
+
     def __init__(
         self,
         ssn: Session,
@@ -76,12 +98,21 @@ class VictimSolver:
         self._packing: MovePacking | None = None
         self._e_lists: tuple[list[int], list[float], list[int]] = ([], [], [])
         self._e_index: dict[str, int] = {}
+        self._e_tasks: list[TaskInfo] = []  # the materialised victim tasks, in chunk order (entries)
+        self._node_entries: dict[int, list[int]] = {}  # node -> its entries, in order
         self._entries_upto = 0
-        self._entry_cache: tuple[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
-                                            npt.NDArray[np.int64]]] | None = None
+        self._entry_cache: tuple[int, tuple[IntArray, FloatArray, IntArray]] | None = None
+        self._increments: tuple[tuple[object, ...], FloatArray, FloatArray] | None = None
+        self._allowed: dict[str, BoolArray] = {}  # task uid -> the nodes its static predicates allow
+        self._answers: list[BoolArray] = []  # the distinct ones
         self.simulations = 0
         self._last: tuple[list[TaskInfo], BoolArray] = ([], np.zeros(0, dtype=np.bool_))
         self.filtered = 0
+        self._warm: WarmEvictions | None = None
+        self._recorded = RecordedVictims()
+        # while warm: the cluster as it stood when the solver started (idle + releasing GPUs, feasible nodes)
+        self._start_free: FloatArray = np.zeros(0)
+        self._start_feasible: dict[bool, BoolArray] = {}
 
     # ---- victim chunks (materialised lazily, shared by all k) ------------------------------------
     @property
@@ -94,6 +125,14 @@ class VictimSolver:
 
     def _chunk(self, i: int) -> Chunk | None:
         return self.sequence.get(i)
+
+    def _restore_for_pop(self) -> bool:
+        """Popping victim chunks reads the cluster: roll warm evictions back first (ChunkSequence.before_pop)."""
+        warm = self._warm
+        if warm is None or not warm.tasks:
+            return False
+        warm.cool()
+        return True
 
     # ---- filter (spec 4.9 step 4c) --------------------------------------------------------------------
     @staticmethod
@@ -117,21 +156,37 @@ class VictimSolver:
             heapq.heapreplace(heap, -(best - need))
         return True
 
-    def _entries(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    def _entries(self) -> tuple[IntArray, FloatArray, IntArray]:
         """(node, GPUs, chunk index) of every materialised victim task, as arrays (cached)."""
         n = len(self.chunks)
         if self._entry_cache is None or self._entry_cache[0] != n:
+            self._extend_entries()
             nodes_, gpus_, chunks_ = self._e_lists
-            for c in range(self._entries_upto, n):
-                for t in self.chunks[c].tasks:
-                    self._e_index[t.uid] = len(nodes_)
-                    nodes_.append(t.node)
-                    gpus_.append(t.devices)
-                    chunks_.append(c)
-            self._entries_upto = n
             self._entry_cache = (n, (np.array(nodes_, dtype=np.int64), np.array(gpus_, dtype=np.float64),
                                      np.array(chunks_, dtype=np.int64)))
         return self._entry_cache[1]
+
+    def _extend_entries(self) -> None:
+        """Add the chunks materialised since to the entry lists and the per-node entries."""
+        nodes_, gpus_, chunks_ = self._e_lists
+        for c in range(self._entries_upto, len(self.chunks)):
+            for t in self.chunks[c].tasks:
+                e = len(nodes_)
+                self._e_index[t.uid] = e
+                self._e_tasks.append(t)
+                self._node_entries.setdefault(t.node, []).append(e)
+                nodes_.append(t.node)
+                gpus_.append(t.devices)
+                chunks_.append(c)
+        self._entries_upto = len(self.chunks)
+
+    def _victims_on(self, node: int, last_chunk: int, recorded_ids: set[str]) -> list[TaskInfo]:
+        """The victim tasks on ``node`` of chunks up to ``last_chunk``, recorded ones left out, in chunk order."""
+        self._extend_entries()
+        chunk_of = self._e_lists[2]
+        tasks = self._e_tasks
+        return [tasks[e] for e in self._node_entries.get(node, ()) if chunk_of[e] <= last_chunk
+                and tasks[e].uid not in recorded_ids]
 
     def _first_passing(self, start: int, recorded_ids: set[str], free: npt.NDArray[np.float64], mask: BoolArray,
                        g: float, slots_needed: float, sum_needed: float) -> int:
@@ -155,31 +210,7 @@ class VictimSolver:
             keep &= en >= 0
             en, eg, ec = en[keep], all_gpu[first:][keep], all_chunk[first:][keep]
             if len(en):
-                order = np.argsort(en, kind="stable")
-                sn, sg = en[order], eg[order]
-                starts = np.r_[0, np.flatnonzero(np.diff(sn)) + 1]
-                sizes = np.diff(np.r_[starts, len(sn)])
-                cs = np.cumsum(sg)
-                within = cs - np.repeat(cs[starts] - sg[starts], sizes)
-                base = free[sn]
-                in_mask = mask[sn] & schedulable[sn]
-                new_free = base + within
-                ok = schedulable[sn]
-                new_slots = np.where(ok, np.floor(new_free / g + 1e-9), 0.0)
-                prev_slots = np.empty_like(new_slots)
-                prev_slots[1:] = new_slots[:-1]
-                first_of_group = np.zeros(len(sn), dtype=np.bool_)
-                first_of_group[starts] = True
-                prev_slots[first_of_group] = np.where(in_mask[first_of_group],
-                                                      np.floor(base[first_of_group] / g + 1e-9), 0.0)
-                new_sum = np.where(ok, new_free, 0.0)
-                prev_sum = np.empty_like(new_sum)
-                prev_sum[1:] = new_sum[:-1]
-                prev_sum[first_of_group] = np.where(in_mask[first_of_group], base[first_of_group], 0.0)
-                d_slots = np.empty(len(sn))
-                d_sum = np.empty(len(sn))
-                d_slots[order] = new_slots - prev_slots
-                d_sum[order] = new_sum - prev_sum
+                d_slots, d_sum = _increments(en, eg, free, mask & schedulable, schedulable, g)
                 passing = (np.cumsum(d_slots) + 1e-9 >= slots_needed) & (np.cumsum(d_sum) + 1e-9 >= sum_needed)
                 last_of_chunk = np.r_[ec[1:] != ec[:-1], True]
                 hits = np.flatnonzero(passing & last_of_chunk)
@@ -190,9 +221,69 @@ class VictimSolver:
             self._chunk(len(self.chunks) + block - 1)
             block *= 2
 
+    def _jump(self, recorded: RecordedVictims, free: FloatArray, mask: BoolArray, victim_nodes: BoolArray,
+              start_mask: BoolArray, g: float, slots_needed: float, sum_needed: float) -> tuple[int, bool]:
+        """:meth:`_first_passing` from chunk 0 with recorded victims, then take the chunks before it into
+        ``free``, ``mask`` and ``victim_nodes``; returns it and whether a placed victim was taken. What each
+        entry adds to the filter does not depend on the recorded victims except on their nodes: computed once
+        per solver run (``start_mask``: the filter's mask before the recorded victims) and corrected there.
+        Exact amounts only (warm simulations): the sums do not depend on their order."""
+        schedulable = self.ssn.nodes.schedulable
+        block = 4
+        if not self.chunks:
+            self._chunk(0)
+        rec_node = np.zeros(len(free), dtype=np.bool_)
+        rec_node[recorded.placed_nodes()] = True
+        while True:
+            all_node, all_gpu, all_chunk = self._entries()
+            base_slots, base_sum = self._start_increments(start_mask, g)
+            placed = all_node >= 0
+            rec_entry = recorded.entry_mask(self._e_index, len(all_node))
+            on_rec = np.zeros(len(all_node), dtype=np.bool_)
+            on_rec[placed] = rec_node[all_node[placed]]
+            ours = np.flatnonzero(on_rec & ~rec_entry)
+            d_slots = np.where(on_rec, 0.0, base_slots)
+            d_sum = np.where(on_rec, 0.0, base_sum)
+            if len(ours):
+                d_slots[ours], d_sum[ours] = _increments(all_node[ours], all_gpu[ours], free, mask & schedulable,
+                                                         schedulable, g)
+            hits = np.flatnonzero((np.cumsum(d_slots) + 1e-9 >= slots_needed) & (np.cumsum(d_sum) + 1e-9 >= sum_needed))
+            if len(hits) or self._exhausted:
+                break
+            self._chunk(len(self.chunks) + block - 1)
+            block *= 2
+        j = int(all_chunk[hits[0]]) if len(hits) else len(self.chunks)
+        where = all_node[(all_chunk < j) & placed & ~rec_entry]
+        if len(where):
+            n = len(free)
+            free += np.bincount(where, weights=all_gpu[(all_chunk < j) & placed & ~rec_entry], minlength=n)
+            touched = np.bincount(where, minlength=n) > 0
+            mask[touched] = schedulable[touched]
+            victim_nodes |= touched
+        return j, len(where) > 0
+
+    def _start_increments(self, start_mask: BoolArray, g: float) -> tuple[FloatArray, FloatArray]:
+        """Per materialised entry, what it adds to the filter's g-slots and GPUs in chunk order when nothing
+        is recorded, from the cluster as it stood at the solver's start (cached per mask, g and entries)."""
+        all_node, all_gpu, _ = self._entries()
+        key: tuple[object, ...] = (start_mask.tobytes(), g, len(all_node))
+        if self._increments is None or self._increments[0] != key:
+            schedulable = self.ssn.nodes.schedulable
+            d_slots = np.zeros(len(all_node))
+            d_sum = np.zeros(len(all_node))
+            placed = np.flatnonzero(all_node >= 0)
+            if len(placed):
+                d_slots[placed], d_sum[placed] = _increments(all_node[placed], all_gpu[placed], self._start_free,
+                                                             start_mask & schedulable, schedulable, g)
+            self._increments = (key, d_slots, d_sum)
+        return self._increments[1], self._increments[2]
+
     def _feasible(self, tasks: list[TaskInfo]) -> BoolArray:
         nodes = self.ssn.nodes
-        if tasks and all(t.req[GPU] > 0 or t.gpu.shared for t in tasks):
+        gpu_only = bool(tasks) and all(t.req[GPU] > 0 or t.gpu.shared for t in tasks)
+        if self._warm is not None:  # the cluster as it stood at the start
+            return self._start_feasible[gpu_only]
+        if gpu_only:
             # nodes with idle or releasing GPUs, whole or room on shared ones
             result: BoolArray = (nodes.idle[GPU] + nodes.releasing[GPU] + nodes.shared.free_sum) > 1e-9
             return result
@@ -202,6 +293,8 @@ class VictimSolver:
     def _simulate(self, stmt: Statement, tasks: list[TaskInfo], evict: list[TaskInfo], feasible: BoolArray
                   ) -> Scenario | None:
         """Evict ``evict``, place P's ``tasks`` and the victims again; keep it only when it solves."""
+        if self._warm is not None:
+            return self._simulate_warm(stmt, tasks, evict, feasible, self._warm)
         ssn, p = self.ssn, self.preemptor
         self.simulations += 1
         checkpoint = stmt.checkpoint()
@@ -219,35 +312,8 @@ class VictimSolver:
                 p_mask[t.node] = True
             stmt.evict(t, action=self.action, preemptor=p.key, message="")  # messages: see run()
             ssn.revivable.add(t.uid)
-        placed = False
-        # resources only shrink during the simulation: a victim shape that failed once fails again
-        failed: set[tuple[object, ...]] = set()
         try:
-            while (job := queue.pop()) is not None:
-                if job is p:
-                    # P goes onto what the victims release; other feasible nodes only when that is not enough
-                    placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
-                                          node_mask=p_mask)
-                    if not placed and (mask & ~p_mask).any():
-                        placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
-                                              node_mask=mask)
-                    if not placed or not self._any_victim_fits(evict, mask):
-                        break
-                    continue
-                candidates = ssn.tasks_to_allocate(job)
-                shape = (job.queue, tuple((t.signature, t.req.tobytes(), t.gpu) for t in candidates))
-                if shape in failed:
-                    ok = False
-                elif not allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=candidates,
-                                      node_mask=mask):
-                    failed.add(shape)
-                    ok = False
-                else:
-                    ok = True
-                    if any(t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)):
-                        queue.push(job)
-                if not ok and self.moves_only and _left_evicted(job, ssn.revivable):
-                    break  # a job is never tried twice: its evicted pods stay evicted
+            placed = self._place(stmt, tasks, queue, mask, p_mask, lambda: self._any_victim_fits(evict, mask))
         finally:
             ssn.revivable.clear()
         if self.moves_only and any(t.status is TaskStatus.RELEASING for t in evict):
@@ -261,6 +327,76 @@ class VictimSolver:
             return scenario
         stmt.rollback(checkpoint)
         return None
+
+    def _simulate_warm(self, stmt: Statement, tasks: list[TaskInfo], evict: list[TaskInfo], feasible: BoolArray,
+                       warm: WarmEvictions) -> Scenario | None:
+        """:meth:`_simulate` from the evictions the last simulation left in place (see WarmEvictions)."""
+        ssn, p = self.ssn, self.preemptor
+        self.simulations += 1
+        kept, changed = warm.evict(evict, self.action, p.key)
+        scenario = warm.scenario(self.action, p, tasks, kept, changed)
+        mask = feasible.copy()
+        p_mask = np.zeros(len(mask), dtype=np.bool_)
+        where = np.array(warm.nodes, dtype=np.int64)
+        where = where[where >= 0]
+        mask[where] = True
+        p_mask[where] = True
+        queue = JobsQueue(ssn, [p], leaf_heaps=warm.heaps)
+        ssn.revivable.update(warm.uids)
+        replaced: set[str] = set()
+        try:
+            placed = self._place(stmt, tasks, queue, mask, p_mask, lambda: warm.any_fits(ssn, mask), replaced)
+        finally:
+            ssn.revivable.clear()
+        for key in replaced:  # their tasks changed status: no longer the victim jobs of an earlier scenario
+            if warm.index[key] < scenario.shared_prefix:
+                entry = scenario.victims[key]
+                scenario.victims[key] = VictimJob(entry.job, list(entry.tasks))
+        grown: set[str] = set()
+        if placed:
+            grown = self._evict_broken_gangs_warm(stmt, scenario, warm, replaced)
+        warm.remember(scenario, replaced | grown)
+        if placed and all(t.is_active_allocated for t in tasks) and all(v(scenario) for v in self.validators):
+            self._last = (list(evict), feasible)
+            return scenario
+        warm.settle()
+        return None
+
+    def _place(self, stmt: Statement, tasks: list[TaskInfo], queue: JobsQueue, mask: BoolArray, p_mask: BoolArray,
+               any_victim_fits: Callable[[], bool], replaced: set[str] | None = None) -> bool:
+        """Place P and every evicted victim again in job order; True when P is placed (``replaced``: gets the
+        keys of the victim jobs placed again)."""
+        ssn, p = self.ssn, self.preemptor
+        placed = False
+        # resources only shrink during the simulation: a victim shape that failed once fails again
+        failed: set[tuple[object, ...]] = set()
+        while (job := queue.pop()) is not None:
+            if job is p:
+                # P goes onto what the victims release; other feasible nodes only when that is not enough
+                placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks, node_mask=p_mask)
+                if not placed and (mask & ~p_mask).any():
+                    placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks,
+                                          node_mask=mask)
+                if not placed or not any_victim_fits():
+                    break
+                continue
+            candidates = ssn.tasks_to_allocate(job)
+            shape = (job.queue, tuple((t.signature, t.req.tobytes(), t.gpu) for t in candidates))
+            if shape in failed:
+                ok = False
+            elif not allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=candidates,
+                                  node_mask=mask):
+                failed.add(shape)
+                ok = False
+            else:
+                ok = True
+                if replaced is not None:
+                    replaced.add(job.key)
+                if any(t.uid in ssn.revivable for t in ssn.tasks_to_allocate(job)):
+                    queue.push(job)
+            if not ok and self.moves_only and _left_evicted(job, ssn.revivable):
+                break  # a job is never tried twice: its evicted pods stay evicted
+        return placed
 
     def _packs(self, tasks: list[TaskInfo], evict: list[TaskInfo]) -> bool:
         """Moves only: could P's ``tasks`` and every victim in ``evict`` be placed (by whole GPUs)?"""
@@ -288,15 +424,47 @@ class VictimSolver:
                 stmt.evict(t, action=self.action, preemptor=p.key, message="")
             scenario.add_victims(job, rest)
 
+    def _evict_broken_gangs_warm(self, stmt: Statement, scenario: Scenario, warm: WarmEvictions,
+                                 replaced: set[str]) -> set[str]:
+        """:meth:`_evict_broken_gangs` over the only victim jobs it can act on: those left below their minimum
+        with pods to take by the evictions (``warm.broken``) and those placed again since; in scenario order.
+        Returns the keys of the jobs it added victims to."""
+        p = self.preemptor
+        grown: set[str] = set()
+        for key in sorted(warm.broken | replaced, key=warm.index.__getitem__):
+            job = scenario.victims[key].job
+            if job.is_allocated_gang_satisfied():
+                continue
+            rest = [t for t in job.tasks if t.is_settled_active]
+            for t in rest:
+                stmt.evict(t, action=self.action, preemptor=p.key, message="")
+            if rest:
+                if warm.index[key] < scenario.shared_prefix:
+                    entry = scenario.victims[key]
+                    scenario.victims[key] = VictimJob(entry.job, list(entry.tasks))
+                scenario.add_victims(job, rest)
+                grown.add(key)
+        return grown
+
     def _allowed_nodes(self, tasks: list[TaskInfo]) -> list[BoolArray]:
-        """Per task, the nodes its static predicates (selector, affinity, taints, conditions) allow."""
+        """Per task, the nodes its static predicates (selector, affinity, taints, conditions) allow (the same
+        array for tasks the predicates answer alike)."""
         out: list[BoolArray] = []
         for t in tasks:
-            ok = np.ones(len(self.ssn.nodes), dtype=np.bool_)
-            for predicate in self.ssn.static_predicates:
-                codes = predicate(t)
-                if codes is not None:
-                    ok &= codes == 0
+            ok = self._allowed.get(t.uid)
+            if ok is None:
+                ok = np.ones(len(self.ssn.nodes), dtype=np.bool_)
+                for predicate in self.ssn.static_predicates:
+                    codes = predicate(t)
+                    if codes is not None:
+                        ok &= codes == 0
+                for known in self._answers:  # one array per distinct answer
+                    if np.array_equal(known, ok):
+                        ok = known
+                        break
+                else:
+                    self._answers.append(ok)
+                self._allowed[t.uid] = ok
             out.append(ok)
         return out
 
@@ -324,17 +492,21 @@ class VictimSolver:
         nodes = self.ssn.nodes
         # node-affinity filter (spec 4.9 step 4a): P goes onto its victims' nodes, so every task needs an
         # allowed node among them
-        allowed = [a for a in self._allowed_nodes(tasks) if not a.all()]
+        allowed = [a for a in {id(a): a for a in self._allowed_nodes(tasks)}.values() if not a.all()]
         victim_nodes = np.zeros(len(nodes), dtype=np.bool_)
 
         def affinity_ok() -> bool:
             return all(bool((a & victim_nodes).any()) for a in allowed)
         needs = sorted((float(t.req[GPU]) for t in tasks if t.req[GPU] > 0), reverse=True)
         # GPUs the filter sees: idle + releasing on feasible nodes, plus what the potential victims hold
-        free = (nodes.idle[GPU] + nodes.releasing[GPU]).copy()
+        warm = self._warm is not None
+        free = self._start_free.copy() if warm else (nodes.idle[GPU] + nodes.releasing[GPU]).copy()
         mask = feasible & nodes.schedulable
+        start_mask = mask.copy()
 
-        recorded_ids = {t.uid for t in recorded}
+        # (not for the walk without recorded victims: other solvers may replay it, while this one goes on)
+        view = self._recorded.update(recorded) if warm and recorded else None
+        recorded_ids = view.ids if view is not None else {t.uid for t in recorded}
         # O(1) necessary conditions kept up to date as victims are added: enough GPUs in all, and, when
         # every task needs the same amount g, enough g-sized slots (then they are also sufficient)
         uniform = needs[0] if needs and all(n == needs[0] for n in needs) else 0.0
@@ -362,41 +534,52 @@ class VictimSolver:
                     state["slots"] += np.floor(new / uniform + 1e-9) - np.floor(old / uniform + 1e-9)
                 victim_nodes[n] = True
 
-        add_tracked(recorded)
+        def recount() -> None:
+            state["sum"] = float(free[mask].sum())
+            state["slots"] = float(np.floor(free[mask] / uniform + 1e-9).sum()) if uniform else 0.0
+
+        recorded_target = feasible & nodes.schedulable  # where P may go: the recorded victims' nodes and more
+        if view is not None:  # exact sums: added at once, then counted again
+            where, gpus = view.placed_nodes(), view.placed_devices()
+            np.add.at(free, where, gpus)
+            mask[where] = nodes.schedulable[where]
+            victim_nodes[where] = True
+            recorded_target[where] = nodes.schedulable[where]
+            recount()
+        else:
+            add_tracked(recorded)
+            for t in recorded:
+                if t.node >= 0:
+                    recorded_target[t.node] = nodes.schedulable[t.node]
 
         # scenario 0: the recorded victims only
         if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask) and self._packs(tasks, recorded):
             yield list(recorded)
         else:
             self.filtered += 1
-        potential: list[TaskInfo] = list(recorded)
-        by_node: dict[int, list[TaskInfo]] = {}
-        # where P may go in a simulation of this node: the recorded victims' nodes and the feasible ones
-        recorded_target = feasible & nodes.schedulable
-        for t in recorded:
-            if t.node >= 0:
-                recorded_target[t.node] = nodes.schedulable[t.node]
         target = recorded_target.copy()
         i = 0
         while True:
             if uniform and quick_fail():
                 # jump over the chunks that cannot make the filter pass (vectorised), taking them in
-                j = self._first_passing(i, recorded_ids, free, mask, uniform, len(needs) - state["slots"],
-                                        total_need - state["sum"])
-                taken = [t for chunk in self.chunks[i:j] for t in chunk.tasks if t.uid not in recorded_ids]
-                potential.extend(taken)
-                for t in taken:
-                    by_node.setdefault(t.node, []).append(t)
-                placed = [t for t in taken if t.node >= 0]
-                for t in placed:
-                    victim_nodes[t.node] = True
-                if placed:
-                    idx = np.fromiter((t.node for t in placed), dtype=np.int64, count=len(placed))
-                    np.add.at(free, idx, np.fromiter((t.devices for t in placed), dtype=np.float64,
-                                                     count=len(placed)))
-                    mask[idx] = nodes.schedulable[idx]
-                    state["sum"] = float(free[mask].sum())
-                    state["slots"] = float(np.floor(free[mask] / uniform + 1e-9).sum())
+                if view is not None and i == 0:
+                    j, took = self._jump(view, free, mask, victim_nodes, start_mask, uniform,
+                                         len(needs) - state["slots"], total_need - state["sum"])
+                    if took:
+                        recount()
+                else:
+                    j = self._first_passing(i, recorded_ids, free, mask, uniform, len(needs) - state["slots"],
+                                            total_need - state["sum"])
+                    placed = [t for chunk in self.chunks[i:j] for t in chunk.tasks
+                              if t.uid not in recorded_ids and t.node >= 0]
+                    for t in placed:
+                        victim_nodes[t.node] = True
+                    if placed:
+                        idx = np.fromiter((t.node for t in placed), dtype=np.int64, count=len(placed))
+                        np.add.at(free, idx, np.fromiter((t.devices for t in placed), dtype=np.float64,
+                                                         count=len(placed)))
+                        mask[idx] = nodes.schedulable[idx]
+                        recount()
                 self.filtered += j - i
                 i = j
             chunk = self._chunk(i)
@@ -406,10 +589,7 @@ class VictimSolver:
             new = [t for t in chunk.tasks if t.uid not in recorded_ids]
             if not new:
                 continue
-            potential.extend(new)
             add_tracked(new)
-            for t in new:
-                by_node.setdefault(t.node, []).append(t)
             if quick_fail() or not affinity_ok() or not self._fits_gpus(needs, free, mask):
                 self.filtered += 1
                 continue
@@ -418,7 +598,7 @@ class VictimSolver:
                 target[node] = nodes.schedulable[node]
                 hopeless = bool(needs) and not self._fits_gpus(needs, free, target)
                 target[node] = recorded_target[node]
-                evict = [*recorded, *by_node[node]]
+                evict = [*recorded, *self._victims_on(node, i - 1, recorded_ids)]
                 if hopeless or not self._packs(tasks, evict):
                     self.filtered += 1
                     continue
@@ -431,11 +611,29 @@ class VictimSolver:
         if not tasks:
             return None
         base = stmt.checkpoint()
+        if self.warm_simulations and len(tasks) > 1 and not self.moves_only and exact_accounting(self.ssn):
+            nodes = self.ssn.nodes
+            self._start_free = nodes.idle[GPU] + nodes.releasing[GPU]
+            self._start_feasible = {True: (self._start_free + nodes.shared.free_sum) > 1e-9,
+                                    False: np.ones(len(nodes), dtype=np.bool_)}
+            self._warm = WarmEvictions(self.ssn, stmt, base)
+            self.sequence.before_pop = self._restore_for_pop
+        try:
+            return self._run(stmt, base, tasks)
+        finally:
+            if self._warm is not None:
+                self._warm = None
+                self.sequence.before_pop = None
+
+    def _run(self, stmt: Statement, base: int, tasks: list[TaskInfo]) -> Scenario | None:
         recorded: list[TaskInfo] = []
         found: Scenario | None = None
         for k in range(1, len(tasks) + 1):
             if found is not None:
-                stmt.rollback(base)
+                if self._warm is not None:
+                    self._warm.settle()  # the evictions stay
+                else:
+                    stmt.rollback(base)
             found = self._solve_partial(stmt, tasks[:k], recorded)
             if found is None:
                 stmt.rollback(base)
@@ -447,12 +645,310 @@ class VictimSolver:
             evict, feasible = self._last
             victims = {t.job.key: t.job for t in found.victim_tasks if t.job is not None}
             stmt.rollback(base)
+            if self._warm is not None:
+                self._warm = None  # (rolled back) the replay simulates from scratch
+                self.sequence.before_pop = None
             messages = {t.uid: self.message(t, self.preemptor) for j in victims.values() for t in j.tasks
                         if t.is_active_allocated}
             found = self._simulate(stmt, tasks, evict, feasible)
             assert found is not None, "replaying the winning simulation must give the same solution"
             stmt.describe_evictions(lambda task: messages.get(task.uid) or self.message(task, self.preemptor))
         return found
+
+
+def _increments(nodes_: IntArray, gpus: FloatArray, free: FloatArray, in_mask: BoolArray, schedulable: BoolArray,
+                g: float) -> tuple[FloatArray, FloatArray]:
+    """Taking the victim entries (``nodes_``, ``gpus``: placed ones, in chunk order) one by one onto ``free``:
+    what each adds to the filter's g-sized slots and to its GPUs (``in_mask``: nodes counted before)."""
+    order = np.argsort(nodes_, kind="stable")
+    sn, sg = nodes_[order], gpus[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sn)) + 1]
+    sizes = np.diff(np.r_[starts, len(sn)])
+    cs = np.cumsum(sg)
+    within = cs - np.repeat(cs[starts] - sg[starts], sizes)
+    base = free[sn]
+    counted = in_mask[sn]
+    new_free = base + within
+    ok = schedulable[sn]
+    new_slots = np.where(ok, np.floor(new_free / g + 1e-9), 0.0)
+    prev_slots = np.empty_like(new_slots)
+    prev_slots[1:] = new_slots[:-1]
+    first_of_group = np.zeros(len(sn), dtype=np.bool_)
+    first_of_group[starts] = True
+    prev_slots[first_of_group] = np.where(counted[first_of_group], np.floor(base[first_of_group] / g + 1e-9), 0.0)
+    new_sum = np.where(ok, new_free, 0.0)
+    prev_sum = np.empty_like(new_sum)
+    prev_sum[1:] = new_sum[:-1]
+    prev_sum[first_of_group] = np.where(counted[first_of_group], base[first_of_group], 0.0)
+    d_slots = np.empty(len(sn))
+    d_sum = np.empty(len(sn))
+    d_slots[order] = new_slots - prev_slots
+    d_sum[order] = new_sum - prev_sum
+    return d_slots, d_sum
+
+
+class RecordedVictims:
+    """The recorded victims of the current k and what the filters read of them (uids, nodes, GPU devices,
+    entries), extended in place when the next k's recorded victims start with them, as they usually do (a
+    solution adds to the last one's victims)."""
+
+    __slots__ = ("devices", "entries", "ids", "missing", "nodes", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: list[TaskInfo] = []
+        self.ids: set[str] = set()
+        self.nodes: list[int] = []
+        self.devices: list[float] = []
+        self.entries: list[int] = []  # each task's entry (VictimSolver._entries), -1 while not materialised
+        self.missing: list[int] = []  # the tasks whose entry is not known yet
+
+    def update(self, recorded: list[TaskInfo]) -> RecordedVictims:
+        kept = common_prefix(self.tasks, recorded)
+        if kept < len(self.tasks):  # (a new set: its ids must not keep the old ones)
+            self.tasks, self.ids, self.nodes, self.devices, self.entries, self.missing = [], set(), [], [], [], []
+            kept = 0
+        for t in recorded[kept:]:
+            self.missing.append(len(self.tasks))
+            self.tasks.append(t)
+            self.ids.add(t.uid)
+            self.nodes.append(t.node)
+            self.devices.append(t.devices)
+            self.entries.append(-1)
+        return self
+
+    def placed_nodes(self) -> IntArray:
+        nodes = np.array(self.nodes, dtype=np.int64)
+        return nodes[nodes >= 0]
+
+    def placed_devices(self) -> FloatArray:
+        return np.array(self.devices, dtype=np.float64)[np.array(self.nodes, dtype=np.int64) >= 0]
+
+    def entry_mask(self, index: dict[str, int], n: int) -> BoolArray:
+        """Over the ``n`` materialised entries (``index``: uid -> entry), those of recorded tasks."""
+        if self.missing:
+            still: list[int] = []
+            for i in self.missing:
+                e = self.entries[i] = index.get(self.tasks[i].uid, -1)
+                if e < 0:
+                    still.append(i)
+            self.missing = still
+        entries = np.array(self.entries, dtype=np.int64)
+        out = np.zeros(n, dtype=np.bool_)
+        out[entries[entries >= 0]] = True
+        return out
+
+
+class WarmEvictions:
+    """The evictions a solver keeps in place from one simulation to the next (``VictimSolver.warm_simulations``).
+
+    Statement operation ``base + i`` evicts ``tasks[i]``; after a simulation the statement is rolled back to
+    those evictions (:meth:`settle`) before the solver reads anything. Kept alongside, in eviction order: the
+    victims' jobs (first eviction order: the scenario's order), each job's evicted positions, the jobs as
+    JobsQueue leaf heaps under their job-order keys as they stood at the start (a job's key depends only on
+    the job, and a job is keyed before its first eviction), the evicted tasks per shape, and the jobs the
+    evictions leave below their minimum with pods to take (the broken gangs the simulation evicts whole).
+    """
+
+    __slots__ = ("base", "broken", "dirty", "first", "heaps", "index", "jobs", "kept_jobs", "keys", "last", "nodes",
+                 "positions", "seq", "shape_of", "shapes", "ssn", "stmt", "tasks", "uids")
+
+    def __init__(self, ssn: Session, stmt: Statement, base: int) -> None:
+        self.ssn = ssn
+        self.stmt = stmt
+        self.base = base
+        self.tasks: list[TaskInfo] = []
+        self.uids: list[str] = []
+        self.nodes: list[int] = []
+        self.jobs: list[PodGroupInfo] = []
+        self.first: list[int] = []  # per job: its first eviction's position
+        self.index: dict[str, int] = {}  # job key -> its index in ``jobs``
+        self.positions: dict[str, list[int]] = {}  # job key -> positions of its evicted tasks
+        self.keys: dict[str, tuple[object, ...]] = {}  # job uid -> its job-order key at the start
+        self.heaps: dict[str, list[HeapEntry]] = {}  # leaf queue -> its jobs' entries, sorted
+        self.seq = itertools.count()
+        self.shapes: dict[Shape, list[int]] = {}  # shape -> positions of its tasks
+        self.shape_of: dict[str, Shape] = {}
+        self.broken: set[str] = set()
+        self.kept_jobs = 0  # jobs kept by the last truncation
+        self.last: Scenario | None = None  # the last simulation's scenario
+        self.dirty: set[str] = set()  # jobs whose victims or statuses that simulation changed after evicting
+
+    def settle(self) -> None:
+        """Roll back what the last simulation did after its evictions."""
+        self.stmt.rollback(self.base + len(self.tasks))
+
+    def cool(self) -> None:
+        """Roll back to the solver's start."""
+        self._truncate(0)
+
+    def evict(self, evict: list[TaskInfo], action: str, preemptor: str) -> tuple[int, set[str]]:
+        """Make ``evict`` the evictions in place, keeping the leading ones already there; returns how many were
+        kept and the keys of the jobs whose evicted tasks changed."""
+        kept = common_prefix(self.tasks, evict)
+        changed = self._truncate(kept)
+        self.kept_jobs = len(self.jobs)
+        fresh = evict[kept:]
+        for t in fresh:  # keyed before their first eviction, as they stand at the start
+            job = t.job
+            if job is not None and job.uid not in self.keys:
+                self.keys[job.uid] = self.ssn.cached_job_order_key(job)
+        stmt = self.stmt
+        for t in fresh:
+            stmt.evict(t, action=action, preemptor=preemptor, message="")  # messages: see VictimSolver.run()
+            self._push(t, changed)
+        for key in changed:
+            self._check_broken(key)
+        return kept, changed
+
+    def _push(self, t: TaskInfo, changed: set[str]) -> None:
+        position = len(self.tasks)
+        self.tasks.append(t)
+        self.uids.append(t.uid)
+        self.nodes.append(t.node)
+        shape = self.shape_of.get(t.uid)
+        if shape is None:
+            shape = self.shape_of[t.uid] = (t.req.tobytes(), t.gpu)
+        self.shapes.setdefault(shape, []).append(position)
+        job = t.job
+        if job is None:
+            return
+        key = job.key
+        changed.add(key)
+        positions = self.positions.get(key)
+        if positions is not None:
+            positions.append(position)
+            return
+        self.positions[key] = [position]
+        self.index[key] = len(self.jobs)
+        self.jobs.append(job)
+        self.first.append(position)
+        bisect.insort(self.heaps.setdefault(job.queue, []), (self.keys[job.uid], next(self.seq), job))
+
+    def _truncate(self, n: int) -> set[str]:
+        """Roll back to the first ``n`` evictions."""
+        self.stmt.rollback(self.base + n)
+        changed: set[str] = set()
+        for position in range(len(self.tasks) - 1, n - 1, -1):
+            t = self.tasks[position]
+            shape = self.shape_of[t.uid]
+            same = self.shapes[shape]
+            same.pop()
+            if not same:
+                del self.shapes[shape]
+            job = t.job
+            if job is None:
+                continue
+            key = job.key
+            changed.add(key)
+            positions = self.positions[key]
+            positions.pop()
+            if positions:
+                continue
+            del self.positions[key]
+            del self.index[key]
+            assert self.jobs[-1] is job, "jobs leave in the reverse order of their first eviction"
+            self.jobs.pop()
+            self.first.pop()
+            self.broken.discard(key)
+            heap = self.heaps[job.queue]
+            del heap[bisect.bisect_left(heap, (self.keys[job.uid],))]
+        del self.tasks[n:]
+        del self.uids[n:]
+        del self.nodes[n:]
+        return changed
+
+    def _check_broken(self, key: str) -> None:
+        """Is the job left below its minimum with pods to take (by the evictions alone)?"""
+        i = self.index.get(key)
+        if i is None:
+            self.broken.discard(key)
+            return
+        job = self.jobs[i]
+        if not job.is_allocated_gang_satisfied() and any(t.is_settled_active for t in job.tasks):
+            self.broken.add(key)
+        else:
+            self.broken.discard(key)
+
+    def scenario(self, action: str, preemptor: PodGroupInfo, tasks: list[TaskInfo], kept: int, changed: set[str]
+                 ) -> Scenario:
+        """The simulation's scenario before it places anything: its victim jobs in first eviction order, the
+        leading ones unchanged since the last scenario taken from it (the same objects, ``shared_prefix``)."""
+        shared = 0
+        last = self.last
+        if last is not None:
+            shared = self.kept_jobs  # (their first evictions are kept)
+            for key in changed | self.dirty:
+                i = self.index.get(key)
+                if i is not None and i < shared:
+                    shared = i
+        scenario = Scenario(action, preemptor, tasks)
+        if shared:
+            assert last is not None
+            scenario.victims = dict(itertools.islice(last.victims.items(), shared))
+            scenario.shared_prefix = shared
+        for job in self.jobs[shared:]:
+            scenario.add_victims(job, [self.tasks[i] for i in self.positions[job.key]])
+        return scenario
+
+    def remember(self, scenario: Scenario, dirty: set[str]) -> None:
+        """The simulation's scenario, and the jobs it changed after its evictions (placed again, grown)."""
+        self.last = scenario
+        self.dirty = dirty
+
+    def any_fits(self, ssn: Session, mask: BoolArray) -> bool:
+        """VictimSolver._any_victim_fits over the evicted tasks by shape (a task's fit depends on its shape)."""
+        nodes = ssn.nodes
+        tasks = self.tasks
+        for positions in self.shapes.values():
+            t = next((tasks[i] for i in positions if tasks[i].status is TaskStatus.RELEASING), None)
+            if t is not None and bool((nodes.fits_task(t, with_releasing=True) & mask).any()):
+                return True
+        return False
+
+
+#: per session: are its resource amounts exact for warm simulations (see exact_accounting)
+_EXACT: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
+_GRID = 1024.0
+
+
+def exact_accounting(ssn: Session) -> bool:
+    """Every resource amount the session adds up (pods' requests and queue GPUs, nodes' idle and releasing
+    resources) is a whole number, or a multiple of 1/1024, so small that any sum of them is an exact float;
+    no pod asks for GPU memory (its GPUs depend on the node). Then the accounting after any sequence of
+    evictions and undos is the same floats whatever their order (warm simulations rely on it). Once per
+    session."""
+    known = _EXACT.get(ssn)
+    if known is None:
+        known = _EXACT[ssn] = _exact(ssn)
+    return known
+
+
+def _exact(ssn: Session) -> bool:
+    tasks = list(ssn.snapshot.tasks.values())
+    if any(t.gpu.kind is GpuKind.MEMORY for t in tasks):
+        return False
+    nodes = ssn.nodes
+    rows = len(nodes.idle)
+    reqs = np.array([t.req for t in tasks], dtype=np.float64).reshape(len(tasks), rows)
+    quotas = np.array([(t.request_gpus, t.accepted_gpus) for t in tasks], dtype=np.float64).reshape(-1)
+    for r in range(rows):
+        node_values = np.concatenate((nodes.idle[r], nodes.releasing[r], nodes.allocatable[r]))
+        values = np.concatenate((reqs[:, r], node_values))
+        # an accumulator holds its start value plus some of the pods' amounts, each at most twice (a moved
+        # pod: its own place and the one it still holds)
+        bound = 2 * float(np.abs(reqs[:, r]).sum()) + float(np.abs(node_values).max(initial=0.0))
+        if not _on_grid(values, bound):
+            return False
+    return _on_grid(quotas, 2 * float(np.abs(quotas).sum()))
+
+
+def _on_grid(values: FloatArray, bound: float) -> bool:
+    """Whole numbers, or multiples of 1/1024, whose sums stay below ``bound``, which is below 2**53 units
+    (the units being 1 or 1/1024): sums and differences of them are exact floats."""
+    if bound < 2.0**53 and bool(np.all(values == np.floor(values))):
+        return True
+    scaled = values * _GRID
+    return bound < 2.0**43 and bool(np.all(scaled == np.floor(scaled)))
 
 
 def _walk_key(tasks: list[TaskInfo]) -> tuple[object, ...]:

@@ -70,6 +70,9 @@ class _Node:
     removed: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # taken from this subtree so far
     # (next victim job, this node's victim key for it), None when the subtree has none, or _STALE
     best: tuple[PodGroupInfo, tuple[object, ...]] | object | None = _STALE
+    # a sibling's subtree (or another root's) has victims too: its key decides between them (else a lone
+    # candidate wins without a key)
+    compared: bool = False
 
 
 def _vec(tasks: list[TaskInfo]) -> list[float]:
@@ -118,11 +121,20 @@ class VictimQueue:
             node = _Node(name, q.parent if parent is not None else None)
             self._nodes[name] = node
             (parent.children if parent is not None else self._roots).append(node)
-        self._chunks: dict[str, tuple[int, int, list[TaskInfo]]] = {}
+        self._chunks: dict[str, tuple[int, int, list[TaskInfo], bool]] = {}  # job key -> (version, taken, chunk, whole)
         for name, stream in order.leaves.items():
             leaf = self._nodes.get(name)
             if leaf is not None:
                 leaf.stream = stream
+        self._mark_compared(self._roots)
+
+    def _mark_compared(self, nodes: list[_Node]) -> bool:
+        """Flag the nodes whose victim keys can decide between siblings (their subtrees and a sibling's may
+        hold victims: a pool's job in a leaf's stream); returns whether any of ``nodes`` may hold victims."""
+        holding = [node for node in nodes if self._mark_compared(node.children) or node.stream]
+        for node in holding:
+            node.compared = len(holding) > 1
+        return bool(holding)
 
     def _next_in_stream(self, leaf: _Node) -> tuple[int, PodGroupInfo] | None:
         """The leaf's next job of the pool that is a victim here."""
@@ -183,11 +195,12 @@ class VictimQueue:
         cached = self._chunks.get(job.key)
         if cached is not None and cached[0] == job.version and cached[1] == taken:
             return cached[2]
-        chunk = self._compute_chunk(job)
-        self._chunks[job.key] = (job.version, taken, chunk)
+        chunk, whole = self._compute_chunk(job)
+        self._chunks[job.key] = (job.version, taken, chunk, whole)
         return chunk
 
-    def _compute_chunk(self, job: PodGroupInfo) -> list[TaskInfo]:
+    def _compute_chunk(self, job: PodGroupInfo) -> tuple[list[TaskInfo], bool]:
+        """The next chunk, and whether it is all the job has left to take."""
         remaining = self._remaining(job)
         left = self._active_left(job)
         surplus = [ps for ps in job.pod_sets.values()
@@ -195,19 +208,25 @@ class VictimQueue:
         if surplus:
             order = self.ssn.pod_set_order(job)
             ps = next(p for p in reversed(order) if p in surplus)
-            return [max(remaining[ps.name], key=self.ssn.task_order_key)]
-        return sorted((t for ts in remaining.values() for t in ts), key=self.ssn.task_order_key)
+            return [max(remaining[ps.name], key=self.ssn.task_order_key)], False
+        chunk = [t for ts in remaining.values() for t in ts]
+        if len(chunk) > 1:
+            chunk.sort(key=self.ssn.task_order_key)
+        return chunk, True
 
     # ---- queue choice -------------------------------------------------------------------------------
     def _best(self, node: _Node) -> tuple[PodGroupInfo, tuple[object, ...]] | None:
-        """The subtree's next victim job and the node's victim key for it (cached until a pop changes it)."""
+        """The subtree's next victim job and the node's victim key for it (cached until a pop changes it).
+        The key only when siblings may compete with it (``compared``); else () (it is never compared)."""
         if node.best is not _STALE:
             return cast("tuple[PodGroupInfo, tuple[object, ...]] | None", node.best)
         job = self._best_job(node)
         best: tuple[PodGroupInfo, tuple[object, ...]] | None = None
         if job is not None:
             order = self.ssn.queue_order
-            key = () if order is None else order.victim_key(node.name, node.removed, _vec(self.chunk_of(job)))
+            key: tuple[object, ...] = ()
+            if order is not None and node.compared:
+                key = order.victim_key(node.name, node.removed, _vec(self.chunk_of(job)))
             best = (job, key)
         node.best = best
         return best
@@ -263,7 +282,7 @@ class VictimQueue:
             for r in range(3):
                 cur.removed[r] += amount[r]
             cur = self._nodes[cur.parent] if cur.parent is not None else None
-        if any(self._remaining(job).values()):
+        if not self._chunks[job.key][3] and any(self._remaining(job).values()):  # (a whole chunk leaves none)
             self._push(job)
         return Chunk(job, tasks)
 
@@ -278,7 +297,7 @@ class ChunkSequence:
     preemptors between two committed statements; consolidation's victims are the same for everyone) share
     one: the sequence depends only on that state and those victims."""
 
-    __slots__ = ("_jobs", "_walks", "chunks", "exhausted", "max_victim_jobs", "queue")
+    __slots__ = ("_jobs", "_walks", "before_pop", "chunks", "exhausted", "max_victim_jobs", "queue")
 
     def __init__(self, queue: VictimQueue, max_victim_jobs: int = -1) -> None:
         self.queue = queue
@@ -287,6 +306,9 @@ class ChunkSequence:
         self.exhausted = False
         self._jobs: set[str] = set()
         self._walks: dict[object, _Replay[list[TaskInfo]]] = {}
+        # set by a solver that keeps evictions in place between its simulations: called before popping (pops
+        # read the session); True when it had to roll them back, and then the sequence pops ahead (doubling)
+        self.before_pop: Callable[[], bool] | None = None
 
     def walk(self, key: object, make: Callable[[], Iterator[list[TaskInfo]]]) -> Iterator[list[TaskInfo]]:
         """The scenarios ``make()`` yields for ``key``, computed once and replayed to every later solver with
@@ -298,6 +320,8 @@ class ChunkSequence:
 
     def get(self, i: int) -> Chunk | None:
         """Chunk ``i``, popping up to it; None past the end."""
+        if len(self.chunks) <= i and not self.exhausted and self.before_pop is not None and self.before_pop():
+            i = max(i, 2 * len(self.chunks))
         while len(self.chunks) <= i and not self.exhausted:
             chunk = self.queue.pop()
             if chunk is None:

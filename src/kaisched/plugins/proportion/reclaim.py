@@ -35,7 +35,7 @@ Interpretation choices (where the spec leaves room, and how they relate to KAI's
 
 from __future__ import annotations
 
-from kaisched.framework.scenario import Scenario, VictimJob
+from kaisched.framework.scenario import Scenario, VictimJob, common_prefix
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo, PodSetInfo
 from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
@@ -52,6 +52,62 @@ def _add(a: Vec3, b: Vec3) -> Vec3:
 def _involved(vectors: list[Vec3]) -> set[int]:
     """Resource indices (0 gpu, 1 cpu, 2 memory) that some vector uses (> 0)."""
     return {r for v in vectors for r in range(3) if v[r] > 0}
+
+
+#: by-totals validation: amounts are multiples of 1/_GRID below _BOUND (memory: whole bytes below _MEMORY_BOUND);
+#: the sum or difference of two of them is then an exact float
+_GRID = 1024.0
+_BOUND = 2.0**42
+_MEMORY_BOUND = 2.0**52
+
+
+def _exact(v: Vec3) -> bool:
+    """``v`` is an amount by-totals validation sums exactly (and not negative)."""
+    return (0.0 <= v[0] < _BOUND and (v[0] * _GRID).is_integer() and 0.0 <= v[1] < _BOUND
+            and (v[1] * _GRID).is_integer() and 0.0 <= v[2] < _MEMORY_BOUND and v[2].is_integer())
+
+
+class _Inexact(Exception):
+    """An amount by-totals validation cannot sum exactly."""
+
+
+class _Totals:
+    """The by-totals validator's memo for one reclaim attempt: the victim jobs of the last scenario it summed
+    and, per victim leaf queue, its running totals after each of its victim jobs with chunks."""
+
+    __slots__ = ("leaves", "victims")
+
+    def __init__(self) -> None:
+        self.victims: list[VictimJob] = []
+        # leaf queue -> [(index of the victim job, chunks so far, involved resource bits so far, its last chunk)]
+        self.leaves: dict[str, list[tuple[int, Vec3, int, Vec3]]] = {}
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` victim jobs."""
+        if n >= len(self.victims):
+            return
+        del self.victims[n:]
+        for name in list(self.leaves):
+            entries = self.leaves[name]
+            while entries and entries[-1][0] >= n:
+                entries.pop()
+            if not entries:
+                del self.leaves[name]
+
+    def add(self, victim: VictimJob, totals: tuple[Vec3, int, Vec3] | None) -> None:
+        index = len(self.victims)
+        self.victims.append(victim)
+        if totals is None:
+            return
+        total, bits, last = totals
+        entries = self.leaves.setdefault(victim.job.queue, [])
+        if entries:
+            _, before, before_bits, _ = entries[-1]
+            total = _add(before, total)
+            if not _exact(total):
+                raise _Inexact
+            bits |= before_bits
+        entries.append((index, total, bits, last))
 
 
 def saturation_ratio(allocated: float, fair_share: float) -> float:
@@ -99,6 +155,8 @@ class ReclaimRules:
         self._start_status: dict[str, TaskStatus] = {}
         self._tracking = False
         self._active_at_start: dict[tuple[str, str], int] = {}  # (job uid, pod set) -> count
+        self._totals = _Totals()  # the by-totals validator's memo for the current reclaim attempt
+        self._exact_start = False  # the copy taken at solution start is exact for by-totals validation
 
     # ---- gate ------------------------------------------------------------------------------------
     def can_reclaim(self, job: PodGroupInfo) -> bool:
@@ -118,6 +176,8 @@ class ReclaimRules:
         self._non_preemptible = {name: q.allocated_non_preemptible.copy() for name, q in self.queues.items()}
         self._start_status = {}
         self._active_at_start = {}
+        self._totals = _Totals()
+        self._exact_start = all(_exact(v) for v in self._allocated.values())
         if not self._tracking:  # registered lazily: the allocate action never pays for it
             self.ssn.deallocate_handlers.append(self._remember_status)
             self._tracking = True
@@ -170,6 +230,10 @@ class ReclaimRules:
                 break
         return la, lb
 
+    #: validate by per-queue totals when the amounts allow it (see :meth:`_validate_by_totals`); tests compare it
+    #: with the chunk-by-chunk walk
+    by_totals = True
+
     def validate(self, scenario: Scenario) -> bool:
         """The reclaim scenario validator, spec 5.5 steps 1-5."""
         allocated = self._allocated
@@ -178,7 +242,15 @@ class ReclaimRules:
         if reclaimer is None:
             return False
         req = job_request(scenario.preemptor_tasks)
+        if self.by_totals and self._exact_start:
+            verdict = self._validate_by_totals(scenario, reclaimer, req, allocated)
+            if verdict is not None:
+                return verdict
+        return self._validate_chunk_by_chunk(scenario, reclaimer, req, allocated)
 
+    def _validate_chunk_by_chunk(self, scenario: Scenario, reclaimer: QueueAttributes, req: Vec3,
+                                 allocated: dict[str, Vec3]) -> bool:
+        """Steps 1-5 as the spec words them: every chunk checked against what is left of its victim queue."""
         # 1. victim chunks per victim leaf queue
         chunks_by_queue: dict[str, list[Vec3]] = {}
         for victim in scenario.victims.values():
@@ -200,9 +272,7 @@ class ReclaimRules:
             b_remaining = remaining[b_lvl.name]  # updated in place below
             reclaimer_within_deserved = _le(_add(allocated[a_lvl.name], req), a_lvl.deserved)
             for chunk in chunks:
-                maintain_fair_share = not _le(b_remaining, self._allocatable[b_lvl.name])
-                guarantee_deserved = reclaimer_within_deserved and not _le(b_remaining, b_lvl.deserved)
-                if not (maintain_fair_share or guarantee_deserved):
+                if not self._strategy_allows(b_lvl, b_remaining, reclaimer_within_deserved):
                     return False
                 for q in victim_leaf.path:
                     rem = remaining.get(q.name)
@@ -212,8 +282,18 @@ class ReclaimRules:
                     rem[1] -= chunk[1]
                     rem[2] -= chunk[2]
                     involved.setdefault(q.name, set()).update(leaf_involved)
+        return self._saturation_allows(scenario, reclaimer, req, allocated, remaining, involved)
 
-        # 4-5. saturation against the queues taken from, and non-preemptible quota, at every level of A
+    def _strategy_allows(self, b_lvl: QueueAttributes, b_remaining: Vec3, reclaimer_within_deserved: bool) -> bool:
+        """Step 2 for one chunk: MaintainFairShare or GuaranteeDeserved holds with what ``b_lvl`` has left."""
+        maintain_fair_share = not _le(b_remaining, self._allocatable[b_lvl.name])
+        guarantee_deserved = reclaimer_within_deserved and not _le(b_remaining, b_lvl.deserved)
+        return maintain_fair_share or guarantee_deserved
+
+    def _saturation_allows(self, scenario: Scenario, reclaimer: QueueAttributes, req: Vec3,
+                           allocated: dict[str, Vec3], remaining: dict[str, Vec3], involved: dict[str, set[int]]
+                           ) -> bool:
+        """Steps 4-5: saturation against the queues taken from, and non-preemptible quota, at every level of A."""
         reclaimer_involved = _involved([req])
         multiplier = self.saturation_multiplier
         preemptible = scenario.preemptor.preemptible
@@ -234,6 +314,76 @@ class ReclaimRules:
             if not preemptible and not _le(_add(self._non_preemptible[x.name], req), x.deserved):
                 return False
         return True
+
+    def _validate_by_totals(self, scenario: Scenario, reclaimer: QueueAttributes, req: Vec3,
+                            allocated: dict[str, Vec3]) -> bool | None:
+        """Steps 1-5 from each victim queue's total, without walking its chunks; None when the amounts do not
+        allow it (then the chunk-by-chunk walk decides).
+
+        What a victim queue has left only shrinks chunk after chunk (amounts are not negative), and each
+        strategy holds less the less it has left, so every chunk passes exactly when the last one does: the
+        one check needed per leveled queue B is against B's allocation less all its chunks but the last (of
+        its last victim leaf). With amounts (allocations, chunks, running totals) that are multiples of 1/1024
+        below 2**42 (memory: whole bytes below 2**52) every sum is exact, so the totals are the very floats the
+        walk reaches; what B has left must not end below zero (-1 stands for "unlimited"). A scenario whose
+        first victim jobs are those of one summed before (``Scenario.shared_prefix``) reuses their totals."""
+        memo = self._totals
+        victims = list(scenario.victims.values())
+        kept = common_prefix(memo.victims, victims[:scenario.shared_prefix])
+        memo.truncate(kept)
+        try:
+            for victim in victims[kept:]:
+                memo.add(victim, self._job_totals(victim))
+        except _Inexact:
+            memo.truncate(kept)
+            return None
+        remaining: dict[str, Vec3] = {}
+        involved: dict[str, int] = {}  # resource bits
+        last_chunk: dict[str, tuple[QueueAttributes, QueueAttributes, Vec3]] = {}  # B -> (A', B', last chunk)
+        for name, entries in sorted(memo.leaves.items(), key=lambda e: e[1][0][0]):  # in order of appearance
+            victim_leaf = self.queues.get(name)
+            if victim_leaf is None:
+                return False
+            a_lvl, b_lvl = self.leveled(reclaimer, victim_leaf)
+            _, total, bits, last = entries[-1]
+            for q in victim_leaf.path:
+                rem = remaining.get(q.name)
+                if rem is None:
+                    rem = remaining[q.name] = allocated[q.name].copy()
+                rem[0] -= total[0]
+                rem[1] -= total[1]
+                rem[2] -= total[2]
+                involved[q.name] = involved.get(q.name, 0) | bits
+            last_chunk[b_lvl.name] = (a_lvl, b_lvl, last)
+        for a_lvl, b_lvl, last in last_chunk.values():
+            left = remaining[b_lvl.name]
+            if left[0] < 0 or left[1] < 0 or left[2] < 0:
+                return None
+            before_last = _add(left, last)
+            within_deserved = _le(_add(allocated[a_lvl.name], req), a_lvl.deserved)
+            if not self._strategy_allows(b_lvl, before_last, within_deserved):
+                return False
+        sets = {name: {r for r in range(3) if bits >> r & 1} for name, bits in involved.items()}
+        return self._saturation_allows(scenario, reclaimer, req, allocated, remaining, sets)
+
+    def _job_totals(self, victim: VictimJob) -> tuple[Vec3, int, Vec3] | None:
+        """One victim job's chunks summed: (total, involved resource bits, its last chunk); None without chunks.
+        Raises :class:`_Inexact` for an amount the totals cannot hold exactly."""
+        chunks = self.victim_chunks(victim)
+        if not chunks:
+            return None
+        total = [0.0, 0.0, 0.0]
+        bits = 0
+        for chunk in chunks:
+            if not _exact(chunk):
+                raise _Inexact
+            for r in range(3):
+                if chunk[r] > 0:
+                    bits |= 1 << r
+                total[r] += chunk[r]
+        if not _exact(total):  # (amounts are not negative: every partial sum is below the total)
+            raise _Inexact
+        return total, bits, chunks[-1]
 
     # ---- eviction message ----------------------------------------------------------------------------
     def reclaim_message(self, victim_task: TaskInfo, victim_job: PodGroupInfo, preemptor: PodGroupInfo) -> str:
