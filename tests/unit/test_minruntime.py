@@ -337,3 +337,43 @@ def test_protection_is_cached_per_session() -> None:
     assert p.is_preempt_protected(v)
     v.last_start = None  # cached: the first answer stands for the session
     assert p.is_preempt_protected(v)
+
+
+# ------------------------------------------------------------------------------ nothing to protect
+def flat_queues() -> list[dict[str, Any]]:
+    """Queues without any min-runtime of their own."""
+    return [q("top"), q("leaf-x", "top"), q("leaf-y", "top")]
+
+
+def test_with_every_min_runtime_zero_no_victim_is_asked_about() -> None:
+    """The default configuration: the hooks answer without resolving anything per job."""
+    ssn = open_session(node("n1", 8, cpu=64), flat_queues(), running_job("v", "leaf-x", 4, min_member=4,
+                                                                         started_ago=1 * M),
+                       pending_job("rec", "leaf-y"), pending_job("pre", "leaf-x"))
+    p = plugin_of(ssn)
+    take_all = {"v": [0, 1, 2, 3]}
+    assert p.reclaim_validator(scenario(ssn, "reclaim", "rec", take_all))
+    assert p.preempt_validator(scenario(ssn, "preempt", "pre", take_all))
+    assert p.reclaim_filter(ssn.jobs["default/rec"], ssn.jobs["default/v"])
+    assert p.preempt_filter(ssn.jobs["default/pre"], ssn.jobs["default/v"])
+    assert p._reclaim_protected == {} and p._preempt_protected == {}  # nothing was resolved
+
+
+def test_a_start_in_the_future_is_protected_even_with_zero_min_runtime() -> None:
+    """(now < lastStart + 0s): the shortcut for "nothing to protect" must not apply."""
+    ssn = open_session(node("n1", 8, cpu=64), flat_queues(), running_job("v", "leaf-x", 2, min_member=2,
+                                                                         started_ago=-5 * M),
+                       pending_job("rec", "leaf-y"))
+    p = plugin_of(ssn)
+    assert not p.reclaim_validator(scenario(ssn, "reclaim", "rec", {"v": [0]}))
+    assert not p.reclaim_filter(ssn.jobs["default/rec"], ssn.jobs["default/v"])
+
+
+def test_a_queue_min_runtime_alone_keeps_the_checks() -> None:
+    """No default, but one queue sets reclaimMinRuntime: its recently started victims stay protected."""
+    queues = [q("top", reclaim="10m"), q("leaf-x", "top"), q("other"), q("leaf-y", "other")]
+    ssn = open_session(node("n1", 8, cpu=64), queues, running_job("v", "leaf-x", 2, min_member=2,
+                                                                  started_ago=1 * M),
+                       pending_job("rec", "leaf-y"))
+    p = plugin_of(ssn)
+    assert not p.reclaim_validator(scenario(ssn, "reclaim", "rec", {"v": [0]}))

@@ -148,12 +148,18 @@ def _place(
             continue
         codes = c.copy() if codes is None else np.where(codes == 0, c, codes)
     nodes = ssn.nodes
-    fit = nodes.fits_task(task, with_releasing=True)
-    if node_mask is not None:
-        fit &= node_mask
-    if codes is not None:
-        fit &= codes == 0
-    indices = np.flatnonzero(fit)
+    allowed = np.flatnonzero(node_mask) if node_mask is not None else None
+    if allowed is not None and len(allowed) * 4 < len(nodes):  # a few nodes (a victim simulation's): only those
+        if codes is not None:
+            allowed = allowed[codes[allowed] == 0]
+        indices = allowed[nodes.fits_task_at(task, allowed, with_releasing=True)]
+    else:
+        fit = nodes.fits_task(task, with_releasing=True)
+        if node_mask is not None:
+            fit &= node_mask
+        if codes is not None:
+            fit &= codes == 0
+        indices = np.flatnonzero(fit)
     if len(indices) == 0:
         return fit_error_histogram(ssn, task, codes) if explain else ""
     if nodes.any_releasing:

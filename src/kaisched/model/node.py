@@ -223,8 +223,14 @@ class NodeTable:
         rows = np.flatnonzero(req > 0)
         if len(rows) == 0:
             return np.ones(len(indices), dtype=np.bool_)
-        avail = self.available(with_releasing=with_releasing)[np.ix_(rows, indices)]
-        out: BoolArray = np.logical_and.reduce(avail >= (req[rows] - 1e-9)[:, None], axis=0)
+        every_row = len(rows) == len(self.idle)
+
+        def columns(values: Vector) -> Vector:
+            taken: Vector = values.take(indices, axis=1) if every_row else values[np.ix_(rows, indices)]
+            return taken
+        avail = columns(self.idle) + columns(self.releasing) if with_releasing and self.any_releasing \
+            else columns(self.idle)
+        out: BoolArray = np.logical_and.reduce(avail >= ((req if every_row else req[rows]) - 1e-9)[:, None], axis=0)
         return out
 
     def insufficient(self, req: Vector, *, with_releasing: bool = True) -> list[tuple[int, BoolArray]]:

@@ -141,6 +141,7 @@ class MinRuntimePlugin(Plugin):
         self._resolver: MinRuntimeResolver | None = None
         self._preempt_protected: dict[str, bool] = {}
         self._reclaim_protected: dict[tuple[str, str], bool] = {}
+        self._may_protect = True  # (see _any_protection)
 
     # ---- session ----------------------------------------------------------------------------------
     def on_session_open(self, ssn: Session) -> None:
@@ -148,6 +149,7 @@ class MinRuntimePlugin(Plugin):
         self._resolver = MinRuntimeResolver(ssn.queues, self.default_preempt, self.default_reclaim, self.method)
         self._preempt_protected = {}
         self._reclaim_protected = {}
+        self._may_protect = self._any_protection(ssn)
         ssn.preempt_victim_filters.append(self.preempt_filter)
         ssn.reclaim_victim_filters.append(self.reclaim_filter)
         ssn.preempt_scenario_validators.append(self.preempt_validator)
@@ -158,6 +160,15 @@ class MinRuntimePlugin(Plugin):
         self._resolver = None
         self._preempt_protected = {}
         self._reclaim_protected = {}
+
+    def _any_protection(self, ssn: Session) -> bool:
+        """Some job could be protected: started less than the longest min-runtime that applies anywhere ago
+        (the defaults and every queue's own). False in the default configuration (every min-runtime 0s, no
+        start in the future): then no victim is ever protected and the hooks answer without asking per job."""
+        longest = max([self.default_preempt, self.default_reclaim,
+                       *(value for q in ssn.queues.queues.values()
+                         for value in (q.preempt_min_runtime, q.reclaim_min_runtime) if value is not None)])
+        return any(job.last_start is not None and ssn.now < job.last_start + longest for job in ssn.jobs.values())
 
     @property
     def resolver(self) -> MinRuntimeResolver:
@@ -192,12 +203,14 @@ class MinRuntimePlugin(Plugin):
 
     # ---- hooks ------------------------------------------------------------------------------------
     def preempt_filter(self, pending: PodGroupInfo, victim: PodGroupInfo) -> bool:
-        return not self.is_preempt_protected(victim) or victim.is_elastic()
+        return not self._may_protect or not self.is_preempt_protected(victim) or victim.is_elastic()
 
     def reclaim_filter(self, pending: PodGroupInfo, victim: PodGroupInfo) -> bool:
-        return not self.is_reclaim_protected(pending, victim) or victim.is_elastic()
+        return not self._may_protect or not self.is_reclaim_protected(pending, victim) or victim.is_elastic()
 
     def preempt_validator(self, scenario: Scenario) -> bool:
+        if not self._may_protect:
+            return True
         return all(
             keeps_min_available(scenario, entry.job)
             for entry in scenario.victims.values()
@@ -205,6 +218,8 @@ class MinRuntimePlugin(Plugin):
         )
 
     def reclaim_validator(self, scenario: Scenario) -> bool:
+        if not self._may_protect:
+            return True
         reclaimer = scenario.preemptor
         return all(
             keeps_min_available(scenario, entry.job)
