@@ -69,11 +69,12 @@ class QueueAttributes:
         return out
 
     def dominant_share(self, amount: Vec3) -> float:
-        """DRF share of ``amount`` against the allocatable share (spec 5.1); a zero share is penalised."""
-        share = 0.0
-        for a, s in zip(amount, self.alloc_share, strict=True):
-            share = max(share, a * ZERO_SHARE_PENALTY if s == 0 else a / s)
-        return share
+        """DRF share of ``amount`` against the allocatable share (spec 5.1); a zero share is penalised.
+        (The three resources written out: the job queue asks after every pop.)"""
+        s0, s1, s2 = self.alloc_share
+        share = max(0.0, amount[0] * ZERO_SHARE_PENALTY if s0 == 0 else amount[0] / s0)
+        share = max(share, amount[1] * ZERO_SHARE_PENALTY if s1 == 0 else amount[1] / s1)
+        return max(share, amount[2] * ZERO_SHARE_PENALTY if s2 == 0 else amount[2] / s2)
 
 
 def _vec(v: Vector) -> Vec3:
@@ -301,9 +302,11 @@ class ProportionPlugin(Plugin):
         (``with_job`` within deserved), queue priority, zero-share penalty, dominant share with and without
         the job, then the static sibling rank."""
         fair = q.fair_share
-        over_utilized = all(fair[r] < used[r] - EPS for r in range(3))
+        over_utilized = fair[0] < used[0] - EPS and fair[1] < used[1] - EPS and fair[2] < used[2] - EPS
         starved = _le(with_job, q.deserved)
-        penalty = any(q.alloc_share[r] == 0 and with_job[r] > 0 for r in range(3))
+        share = q.alloc_share
+        penalty = (share[0] == 0 and with_job[0] > 0) or (share[1] == 0 and with_job[1] > 0) or (
+            share[2] == 0 and with_job[2] > 0)
         return (
             1 if over_utilized else 0,
             0 if starved else 1,
