@@ -5,12 +5,15 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
 * new shared devices per node remembered until the accounting changes (``NodeTable.new_devices``);
 * "fits on idle resources" computed on the candidate nodes only (``NodeTable.fits_task_at``);
 * the fit-error histogram counted with ``bincount`` (the plain version: ``np.unique``);
+* the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);
 * the eviction actions' per-commit state shared by the three actions (``Session.eviction_state``), and the
   signatures, victim candidacy and lowest victim priority remembered per job version / per commit.
 """
 
 from __future__ import annotations
 
+import heapq
+import random
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,13 +28,16 @@ from hypothesis import given
 
 from kaisched.actions import placement
 from kaisched.actions.evicting import EvictingAction, PreemptAction
+from kaisched.actions.job_queue import Entry, JobsQueue
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.session import Session
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.job import PodGroupInfo
 from kaisched.model.node import IntArray, NodeTable
+from kaisched.model.snapshot import build_snapshot
 from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
+from kaisched.plugins.registry import build_plugins
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
 
 
@@ -130,3 +136,46 @@ def test_fast_paths_decide_as_the_plain_ones_on_a_busy_cluster(nodes: int) -> No
     with plain_paths():
         assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
     assert first.binds and first.pod_groups
+
+
+def _as_plain_heaps(queue: JobsQueue) -> JobsQueue:
+    """The same queue with every leaf's sorted run moved into its heap: the single heap per leaf it replaced."""
+    for node in queue._nodes.values():
+        node.heap = node.run[node.next:] + node.heap
+        heapq.heapify(node.heap)
+        node.run, node.next = [], 0
+    return queue
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_job_queue_pops_as_with_one_heap_per_leaf(seed: int) -> None:
+    """Sorted runs read from the front plus a heap of later pushes pop in the order one heap per leaf did, with
+    jobs pushed back while popping and with ready-made runs (``leaf_heaps``)."""
+    from benchmarks.scale import ScaleSize, scale_cluster
+
+    cfg = resolve_config(None)
+    objs = prepare(parse_objects(scale_cluster(ScaleSize(20 * seed, 3, seed, 200 * seed)).objects), cfg, NOW)
+    ssn = Session(build_snapshot(objs, NOW), cfg, build_plugins(cfg.plugins))
+    ssn.open()
+    jobs = sorted((j for j in ssn.jobs.values() if j.has_pending()), key=lambda j: j.uid)
+    rng = random.Random(seed)
+    ready_jobs = rng.sample(jobs, len(jobs) // 3)
+    rest = [j for j in jobs if j not in ready_jobs]
+    ready: dict[str, list[Entry]] = {}
+    for i, job in enumerate(ready_jobs):
+        ready.setdefault(job.queue, []).append((ssn.cached_job_order_key(job), -1 - i, job))
+    for entries in ready.values():
+        entries.sort()
+    fast = JobsQueue(ssn, rest, leaf_heaps=ready)
+    plain = _as_plain_heaps(JobsQueue(ssn, rest, leaf_heaps=ready))
+    popped: list[tuple[str, str]] = []
+    while True:
+        a, b = fast.pop(), plain.pop()
+        assert a is b
+        if a is None:
+            break
+        popped.append((a.uid, a.queue))
+        if rng.random() < 0.2:  # pushed back (an elastic job with pods left)
+            fast.push(a)
+            plain.push(a)
+    assert len(popped) > len(jobs)  # every job, and the pushed-back ones again

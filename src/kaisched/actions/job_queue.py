@@ -4,7 +4,9 @@ Popping descends from the root; at each level the child queue whose best pending
 order (proportion's comparator, spec 5.4) is chosen (the first of equals). Each queue node remembers its
 best child, the job a pop through it returns and its queue-order key; only the nodes marked dirty (the path
 of the last popped/pushed job) are computed again, so the cost of a pop is proportional to the depth of the
-tree times the number of siblings, not to the number of jobs.
+tree times the number of siblings, not to the number of jobs. A leaf keeps its jobs as a sorted run read
+from the front, and the jobs pushed later in a heap: popping the smaller of the two heads gives the order a
+single heap would (entries are unique: job-order keys end with the job's uid), without sifting the run.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from collections.abc import Mapping
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo
 
+Entry = tuple[tuple[object, ...], int, PodGroupInfo]  # (job-order key, sequence number, job)
+
 
 class _QueueNode:
-    __slots__ = ("best", "children", "dirty", "heap", "job", "key", "name", "parent")
+    __slots__ = ("best", "children", "dirty", "heap", "job", "key", "name", "next", "parent", "run")
 
     def __init__(self, name: str, parent: str | None) -> None:
         self.name = name
         self.parent = parent  # by name, not by reference: no reference cycles, freed as soon as dropped
         self.children: list[_QueueNode] = []
-        self.heap: list[tuple[tuple[object, ...], int, PodGroupInfo]] = []  # leaf only
+        self.run: list[Entry] = []  # leaf only: entries sorted, popped from ``next`` on
+        self.next = 0
+        self.heap: list[Entry] = []  # leaf only: entries pushed later
         self.key: tuple[object, ...] | None = None  # queue-order key for ``job``; None: no job below
         self.best: _QueueNode | None = None  # the child a pop goes through (inner nodes)
         self.job: PodGroupInfo | None = None  # the job a pop through this node returns
@@ -33,13 +39,12 @@ class _QueueNode:
 
 class JobsQueue:
     def __init__(self, ssn: Session, jobs: list[PodGroupInfo], depth: int | None = None,
-                 leaf_heaps: Mapping[str, list[tuple[tuple[object, ...], int, PodGroupInfo]]] | None = None
-                 ) -> None:
+                 leaf_heaps: Mapping[str, list[Entry]] | None = None) -> None:
         """``leaf_heaps``: more jobs, per leaf queue a list of (job-order key, sequence number, job) sorted by
-        key, keys unique (a heap), copied as that leaf's heap before ``jobs`` are pushed: a caller that keeps
-        such lists up to date (the victim solver, simulation after simulation) saves ordering every job again.
-        Keys are unique (they end with the job's uid), so the pop order does not depend on how a heap was
-        built."""
+        key, keys unique, copied as that leaf's sorted run before ``jobs`` are pushed: a caller that keeps such
+        lists up to date (the victim solver, simulation after simulation) saves ordering every job again. Keys
+        are unique (they end with the job's uid), so the pop order does not depend on how the entries were
+        stored."""
         self.ssn = ssn
         self._seq = itertools.count()
         tree = ssn.queues
@@ -70,7 +75,7 @@ class JobsQueue:
                 parent.children.append(node)
         for leaf, entries in ready.items():
             node = self._nodes[leaf]
-            node.heap = list(entries)
+            node.run = list(entries)
             self._mark_dirty(node)
         by_leaf: dict[str, list[PodGroupInfo]] = {}
         for job in jobs:
@@ -80,13 +85,12 @@ class JobsQueue:
             keyed = sorted(((key(job), job) for job in leaf_jobs), key=lambda e: e[0])
             if depth is not None:
                 keyed = keyed[:depth]  # the best `depth` jobs of each queue (see compatibility.md)
-            # a sorted list is a heap: the same as pushing them one by one in this order
             node = self._nodes[leaf_jobs[0].queue]
-            if node.heap:  # (a leaf of ``leaf_heaps``)
+            if node.run:  # (a leaf of ``leaf_heaps``)
                 for k, job in keyed:
                     heapq.heappush(node.heap, (k, next(self._seq), job))
             else:
-                node.heap.extend((k, next(self._seq), job) for k, job in keyed)
+                node.run = [(k, next(self._seq), job) for k, job in keyed]
             self._mark_dirty(node)
 
     def push(self, job: PodGroupInfo) -> None:
@@ -117,7 +121,8 @@ class JobsQueue:
             node.best = self._best_of(node.children)
             node.job = node.best.job if node.best is not None else None
         else:
-            node.job = node.heap[0][2] if node.heap else None
+            head = _head(node)
+            node.job = head[2] if head is not None else None
         order = self.ssn.queue_order
         job = node.job
         node.key = None if job is None else (() if order is None else order.key(node.name, job))
@@ -135,7 +140,12 @@ class JobsQueue:
             if child is None:  # cannot happen: a non-None key means a job below
                 return None
             node = child
-        _, _, job = heapq.heappop(node.heap)
+        run, heap = node.run, node.heap
+        if heap and (node.next >= len(run) or heap[0] < run[node.next]):
+            job = heapq.heappop(heap)[2]
+        else:
+            job = run[node.next][2]
+            node.next += 1
         self._mark_dirty(node)
         return job
 
@@ -144,3 +154,12 @@ class JobsQueue:
             self._top = self._best_of(self._roots)
             self._top_dirty = False
         return self._top is not None
+
+
+def _head(leaf: _QueueNode) -> Entry | None:
+    """The smallest entry of a leaf: the head of its sorted run or of its heap of later pushes."""
+    run, heap = leaf.run, leaf.heap
+    first = run[leaf.next] if leaf.next < len(run) else None
+    if heap and (first is None or heap[0] < first):
+        return heap[0]
+    return first
