@@ -84,6 +84,7 @@ class PodGroupInfo:
     # the job with other pod sets starts afresh)
     _pending: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)
     _victim: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)  # (version, may_be_victim())
+    _ready: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)  # (version, is_ready())
     key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
     def __post_init__(self) -> None:
@@ -95,12 +96,18 @@ class PodGroupInfo:
 
     # ---- gang state (spec 4.4) -------------------------------------------------------------------
     def is_ready(self) -> bool:
-        """Enough alive, non-gated pods to satisfy every pod set's minimum."""
+        """Enough alive, non-gated pods to satisfy every pod set's minimum (per version: every action asks)."""
+        known = self._ready
+        if known[0] == self.version:
+            return known[1]
+        ready = True
         for ps in self.pod_sets.values():
             alive = sum(1 for t in ps.tasks if t.status in ALIVE and t.status is not TaskStatus.GATED)
             if alive < ps.min_available:
-                return False
-        return True
+                ready = False
+                break
+        self._ready = (self.version, ready)
+        return ready
 
     def is_gang_satisfied(self) -> bool:
         return all(ps.active_used >= ps.min_available for ps in self.pod_sets.values())
