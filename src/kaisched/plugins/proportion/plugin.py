@@ -158,6 +158,9 @@ class ProportionPlugin(Plugin):
             while cur is not None:
                 attrs.path.append(cur)
                 cur = self.queues[cur.parent] if cur.parent is not None else None
+        # queues with no limit on the way to the root: a preemptible job there passes the capacity check
+        self._unlimited = {a.name for a in self.queues.values()
+                           if all(lim == UNLIMITED for q in a.path for lim in q.limit)}
         for job in ssn.jobs.values():
             leaf = self.queues.get(job.queue)
             if leaf is None:
@@ -333,7 +336,7 @@ class ProportionPlugin(Plugin):
     # ---- capacity (spec 5.6) --------------------------------------------------------------------------
     def job_capacity_check(self, job: PodGroupInfo, tasks: list[TaskInfo]) -> FitError | None:
         leaf = self.queues.get(job.queue)
-        if leaf is None:
+        if leaf is None or (job.preemptible and leaf.name in self._unlimited):
             return None
         requested = capacity_request(tasks)
         for q in leaf.path:
