@@ -13,8 +13,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from unittest import mock
 
@@ -38,6 +38,13 @@ from kaisched.plugins.proportion.reclaim import ReclaimRules
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
 from tests.unit.builders import Obj, job, node, pod, pod_group, queue
 
+
+def decide_alike(cluster: Cluster, actions: str | None, plain: Callable[[], AbstractContextManager[None]]) -> None:
+    """The cluster is scheduled exactly alike with the shortcuts and inside ``plain()`` (without them)."""
+    fast = schedule(cluster, actions)
+    with plain():
+        slow = schedule(cluster, actions)
+    assert fast.to_dict() == slow.to_dict()
 
 def _own_sequence(self: EvictingAction, ssn: Session, victims: list[PodGroupInfo]) -> ChunkSequence:
     return ChunkSequence(VictimQueue(ssn, victims), self.max_victim_jobs(ssn))
@@ -68,10 +75,7 @@ def simulations_from_scratch() -> Iterator[None]:
 @SETTINGS
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_warm_simulations_decide_as_simulating_from_scratch(cluster: Cluster, actions: str | None) -> None:
-    warm = schedule(cluster, actions)
-    with simulations_from_scratch():
-        cold = schedule(cluster, actions)
-    assert warm.to_dict() == cold.to_dict()
+    decide_alike(cluster, actions, simulations_from_scratch)
 
 
 @st.composite
@@ -182,10 +186,7 @@ def test_warm_simulations_decide_as_simulating_from_scratch_on_reclaim_large_job
 @SETTINGS
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_moves_only_pruning_decides_as_the_plain_search(cluster: Cluster, actions: str | None) -> None:
-    pruned = schedule(cluster, actions)
-    with plain_consolidation_search():
-        plain = schedule(cluster, actions)
-    assert pruned.to_dict() == plain.to_dict()
+    decide_alike(cluster, actions, plain_consolidation_search)
 
 
 @SETTINGS
@@ -201,20 +202,24 @@ def test_a_memo_answer_is_the_full_cycle(cluster: Cluster, actions: str | None) 
         assert answered.to_dict() == run_prepared_cycle(objs.relisted(), cfg, NOW + later).to_dict()
 
 
-@pytest.mark.parametrize("nodes", [30, 60])
-def test_moves_only_pruning_decides_as_the_plain_search_on_a_busy_cluster(nodes: int) -> None:
-    """The scale benchmark's cluster (consolidation runs hundreds of simulations there), two cycles deep."""
+def busy_cluster_decides_alike(nodes: int, *plain: Callable[[], AbstractContextManager[None]]) -> None:
+    """The scale benchmark's cluster, two cycles deep (the first cycle's binds and evictions applied), is
+    scheduled exactly alike with the shortcuts and inside each of ``plain``."""
     from benchmarks.scale import ScaleSize, apply_result, scale_cluster
 
     cfg = resolve_config(None)
     objs = prepare(parse_objects(scale_cluster(ScaleSize(nodes, 3, 3, nodes * 10)).objects), cfg, NOW)
     first = run_prepared_cycle(objs, cfg, NOW)
-    with plain_consolidation_search():
-        assert run_prepared_cycle(objs, cfg, NOW).to_dict() == first.to_dict()
     again = apply_result(objs, first, NOW)
     second = run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1))
-    with plain_consolidation_search():
-        assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
-    with simulations_from_scratch():
-        assert run_prepared_cycle(objs, cfg, NOW).to_dict() == first.to_dict()
-        assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
+    assert first.binds and first.pod_groups
+    for context in plain:
+        with context():
+            assert run_prepared_cycle(objs, cfg, NOW).to_dict() == first.to_dict()
+            assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
+
+
+@pytest.mark.parametrize("nodes", [30, 60])
+def test_moves_only_pruning_decides_as_the_plain_search_on_a_busy_cluster(nodes: int) -> None:
+    """Consolidation runs hundreds of simulations there."""
+    busy_cluster_decides_alike(nodes, plain_consolidation_search, simulations_from_scratch)

@@ -17,7 +17,6 @@ import random
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 from unittest import mock
 
@@ -29,7 +28,7 @@ from hypothesis import given
 from kaisched.actions import placement
 from kaisched.actions.evicting import EvictingAction, PreemptAction
 from kaisched.actions.job_queue import Entry, JobsQueue
-from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
+from kaisched.cluster.schedule import prepare, resolve_config
 from kaisched.framework.session import Session
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.job import PodGroupInfo
@@ -38,7 +37,8 @@ from kaisched.model.snapshot import build_snapshot
 from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 from kaisched.plugins.registry import build_plugins
-from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
+from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters
+from tests.property.test_fast_paths import busy_cluster_decides_alike, decide_alike
 
 
 def _plain_new_devices(self: NodeTable, task: TaskInfo, *, with_releasing: bool) -> IntArray:
@@ -115,27 +115,13 @@ def test_the_plain_paths_are_really_swapped_in() -> None:
 @SETTINGS
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_fast_paths_decide_as_the_plain_ones(cluster: Cluster, actions: str | None) -> None:
-    fast = schedule(cluster, actions)
-    with plain_paths():
-        plain = schedule(cluster, actions)
-    assert fast.to_dict() == plain.to_dict()
+    decide_alike(cluster, actions, plain_paths)
 
 
 @pytest.mark.parametrize("nodes", [30, 80])
 def test_fast_paths_decide_as_the_plain_ones_on_a_busy_cluster(nodes: int) -> None:
-    """The scale benchmark's cluster (fractions, gangs, thousands of failed fits), two cycles deep."""
-    from benchmarks.scale import ScaleSize, apply_result, scale_cluster
-
-    cfg = resolve_config(None)
-    objs = prepare(parse_objects(scale_cluster(ScaleSize(nodes, 3, 3, nodes * 10)).objects), cfg, NOW)
-    first = run_prepared_cycle(objs, cfg, NOW)
-    with plain_paths():
-        assert run_prepared_cycle(objs, cfg, NOW).to_dict() == first.to_dict()
-    again = apply_result(objs, first, NOW)
-    second = run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1))
-    with plain_paths():
-        assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()
-    assert first.binds and first.pod_groups
+    """Fractions, gangs, thousands of failed fits."""
+    busy_cluster_decides_alike(nodes, plain_paths)
 
 
 def _as_plain_heaps(queue: JobsQueue) -> JobsQueue:

@@ -275,12 +275,7 @@ class ReclaimRules:
                 if not self._strategy_allows(b_lvl, b_remaining, reclaimer_within_deserved):
                     return False
                 for q in victim_leaf.path:
-                    rem = remaining.get(q.name)
-                    if rem is None:
-                        rem = remaining[q.name] = allocated[q.name].copy()
-                    rem[0] -= chunk[0]
-                    rem[1] -= chunk[1]
-                    rem[2] -= chunk[2]
+                    _take(remaining, allocated, q.name, chunk)
                     involved.setdefault(q.name, set()).update(leaf_involved)
         return self._saturation_allows(scenario, reclaimer, req, allocated, remaining, involved)
 
@@ -347,12 +342,7 @@ class ReclaimRules:
             a_lvl, b_lvl = self.leveled(reclaimer, victim_leaf)
             _, total, bits, last = entries[-1]
             for q in victim_leaf.path:
-                rem = remaining.get(q.name)
-                if rem is None:
-                    rem = remaining[q.name] = allocated[q.name].copy()
-                rem[0] -= total[0]
-                rem[1] -= total[1]
-                rem[2] -= total[2]
+                _take(remaining, allocated, q.name, total)
                 involved[q.name] = involved.get(q.name, 0) | bits
             last_chunk[b_lvl.name] = (a_lvl, b_lvl, last)
         for a_lvl, b_lvl, last in last_chunk.values():
@@ -414,3 +404,13 @@ class ReclaimRules:
     def _queue_details(q: QueueAttributes) -> str:
         return (f"{q.label} uses <{resources_text(q.allocated)}> with a quota of <{resources_text(q.deserved)}>, "
                 f"fair-share of <{resources_text(q.fair_share)}> and queue priority of <{q.priority}>.")
+
+
+def _take(remaining: dict[str, Vec3], allocated: dict[str, Vec3], queue: str, amount: Vec3) -> None:
+    """What ``queue`` has left (from its allocation, the first time) less ``amount``."""
+    rem = remaining.get(queue)
+    if rem is None:
+        rem = remaining[queue] = allocated[queue].copy()
+    rem[0] -= amount[0]
+    rem[1] -= amount[1]
+    rem[2] -= amount[2]
