@@ -26,6 +26,7 @@ import kaisched
 from kaisched.actions import solver
 from kaisched.actions.evicting import ConsolidationAction, EvictingAction
 from kaisched.actions.victims import ChunkSequence, VictimQueue
+from kaisched.actions.warm import WarmEvictions
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.scenario import Scenario, VictimJob
@@ -165,15 +166,15 @@ def test_warm_simulations_decide_as_simulating_from_scratch_on_reclaim_large_job
 
     cluster = reclaim_large_jobs_cluster(nodes)
     kept: list[int] = []
-    evict = solver.WarmEvictions.evict
+    evict = WarmEvictions.evict
 
-    def counted(self: solver.WarmEvictions, tasks: list[TaskInfo], action: str, preemptor: str
+    def counted(self: WarmEvictions, tasks: list[TaskInfo], action: str, preemptor: str
                 ) -> tuple[int, set[str]]:
         result = evict(self, tasks, action, preemptor)
         kept.append(result[0])
         return result
 
-    with mock.patch.object(solver.WarmEvictions, "evict", counted):
+    with mock.patch.object(WarmEvictions, "evict", counted):
         warm = kaisched.schedule(cluster.objects, cluster.config, alloc.NOW)
     # one simulation per k, each keeping the k - 1 nodes' evictions of the last one
     assert kept == [8 * k for k in range(nodes // 10)]

@@ -262,7 +262,7 @@ def _shared(name: str, annotations: dict[str, str], node_name: str | None = None
 
 
 def test_accounting_is_exact_with_whole_gpus_and_binary_fractions_only() -> None:
-    from kaisched.actions.solver import exact_accounting
+    from kaisched.actions.warm import exact_accounting
 
     base = (node("a", 4), queue("q"), running("w", "a", 2))
     assert exact_accounting(_session(*base))  # type: ignore[arg-type]
