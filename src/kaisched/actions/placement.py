@@ -148,8 +148,8 @@ def _place(
             continue
         codes = c.copy() if codes is None else np.where(codes == 0, c, codes)
     nodes = ssn.nodes
-    allowed = np.flatnonzero(node_mask) if node_mask is not None else None
-    if allowed is not None and len(allowed) * 4 < len(nodes):  # a few nodes (a victim simulation's): only those
+    if node_mask is not None and np.count_nonzero(node_mask) * 4 < len(nodes):  # a few nodes (a simulation's)
+        allowed = np.flatnonzero(node_mask)
         if codes is not None:
             allowed = allowed[codes[allowed] == 0]
         indices = allowed[nodes.fits_task_at(task, allowed, with_releasing=True)]

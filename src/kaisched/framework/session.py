@@ -119,7 +119,8 @@ class Session:
         self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
         # placement failures: task shape -> (nodes.version when it failed, fit error text)
         self.fit_failures: dict[tuple[object, ...], tuple[int, str]] = {}
-        #: what the eviction actions share until the next commit (actions.evicting keeps its type)
+        #: what the eviction actions keep for the session and share until the next commit (its type is
+        #: actions.evicting's)
         self.eviction_state: object = None
 
     # ---- registration helpers ----------------------------------------------------------------------

@@ -80,11 +80,10 @@ class PodGroupInfo:
     version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
     root: SubGroupSet = field(default_factory=lambda: SubGroupSet(""))  # the subgroup tree (spec 9.5)
     has_topology: bool = False  # some (sub)group of it has a topology constraint
-    # (version, has_pending()): every status change bumps the version; not copied by ``replace`` (a view of
-    # the job with other pod sets starts afresh)
-    _pending: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)
-    _victim: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)  # (version, may_be_victim())
-    _ready: tuple[int, bool] = field(default=(-1, False), init=False, repr=False)  # (version, is_ready())
+    # (version, has_pending(), is_ready(), may_be_victim()), read off the tasks in one pass (see _summary):
+    # every status change bumps the version; not copied by ``replace`` (a view of the job with other pod sets
+    # starts afresh)
+    _status_summary: tuple[int, bool, bool, bool] = field(default=(-1, False, False, False), init=False, repr=False)
     key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
     def __post_init__(self) -> None:
@@ -96,18 +95,8 @@ class PodGroupInfo:
 
     # ---- gang state (spec 4.4) -------------------------------------------------------------------
     def is_ready(self) -> bool:
-        """Enough alive, non-gated pods to satisfy every pod set's minimum (per version: every action asks)."""
-        known = self._ready
-        if known[0] == self.version:
-            return known[1]
-        ready = True
-        for ps in self.pod_sets.values():
-            alive = sum(1 for t in ps.tasks if t.status in ALIVE and t.status is not TaskStatus.GATED)
-            if alive < ps.min_available:
-                ready = False
-                break
-        self._ready = (self.version, ready)
-        return ready
+        """Enough alive, non-gated pods to satisfy every pod set's minimum."""
+        return self._summary()[2]
 
     def is_gang_satisfied(self) -> bool:
         return all(ps.active_used >= ps.min_available for ps in self.pod_sets.values())
@@ -136,29 +125,37 @@ class PodGroupInfo:
         return used_any and short
 
     def has_pending(self) -> bool:
-        known = self._pending
-        if known[0] == self.version:
-            return known[1]
-        pending = any(t.status is TaskStatus.PENDING for ps in self.pod_sets.values() for t in ps.tasks)
-        self._pending = (self.version, pending)
-        return pending
+        return self._summary()[1]
 
     def may_be_victim(self) -> bool:
         """The job has active pods that may be evicted, and none of its pods is being bound in this cycle (a
-        job whose bind is in flight is left alone rather than cut below its minimum or undone at once).
-        Cached per version: the eviction actions ask it of every job after every committed statement."""
-        known = self._victim
+        job whose bind is in flight is left alone rather than cut below its minimum or undone at once)."""
+        return self._summary()[3]
+
+    def _summary(self) -> tuple[int, bool, bool, bool]:
+        """What every action asks of every job, from its tasks' statuses: (version, has a pending pod, ready,
+        may be a victim); computed once per version."""
+        known = self._status_summary
         if known[0] == self.version:
-            return known[1]
-        settled = False
+            return known
+        pending = binding = settled = False
+        ready = True
         for ps in self.pod_sets.values():
+            alive = 0
             for t in ps.tasks:
-                if t.status is TaskStatus.BINDING:
-                    self._victim = (self.version, False)
-                    return False
-                settled = settled or t.is_settled_active
-        self._victim = (self.version, settled)
-        return settled
+                status = t.status
+                if status is TaskStatus.PENDING:
+                    pending = True
+                elif status is TaskStatus.BINDING:
+                    binding = True
+                if status in ALIVE and status is not TaskStatus.GATED:
+                    alive += 1
+                if status in ACTIVE_ALLOCATED and status is not TaskStatus.BINDING:  # TaskInfo.is_settled_active
+                    settled = True
+            if alive < ps.min_available:
+                ready = False
+        known = self._status_summary = (self.version, pending, ready, settled and not binding)
+        return known
 
     def has_allocated(self) -> bool:
         return any(t.status in ALLOCATED for ps in self.pod_sets.values() for t in ps.tasks)

@@ -261,8 +261,7 @@ class ProportionPlugin(Plugin):
         """Spec 5.4 steps 1-6 as a sort key; steps 7-8 are the static ``sibling_rank``. Remembered by the
         amounts it depends on: the queue's allocation and the job's request."""
         q = self.queues[queue]
-        cached = self._job_requests.get(job.uid)
-        extra = cached[1] if cached is not None and cached[0] == job.version else self.job_request(job)
+        extra = self.job_request(job)
         allocated = q.allocated
         memo = (queue, allocated[0], allocated[1], allocated[2], extra[0], extra[1], extra[2])
         keys = self._job_keys
