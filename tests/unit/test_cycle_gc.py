@@ -1,0 +1,87 @@
+"""The cyclic collector around a cycle (kaisched.cluster.schedule.no_cyclic_gc)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+import kaisched
+from kaisched.cluster.schedule import no_cyclic_gc
+
+
+class Thing:
+    """A tracked object that can be weakly referenced."""
+
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+@pytest.fixture
+def clean_gc() -> Iterator[None]:
+    gc.collect()
+    assert gc.get_freeze_count() == 0
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def _in_generation(obj: object, generation: int) -> bool:
+    return any(o is obj for o in gc.get_objects(generation=generation))
+
+
+def test_survivors_go_to_the_oldest_generation_unscanned(clean_gc: None) -> None:
+    with no_cyclic_gc():
+        assert not gc.isenabled()
+        kept = [Thing() for _ in range(1000)]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # nothing left frozen
+    assert gc.get_count()[0] < 100  # the youngest generation does not hold the cycle's objects
+    assert _in_generation(kept[0], 2) and not _in_generation(kept[0], 0)
+
+
+def test_cyclic_garbage_of_a_cycle_is_still_collected(clean_gc: None) -> None:
+    with no_cyclic_gc():
+        a, b = Thing(), Thing()
+        a.other, b.other = b, a
+        ref = weakref.ref(a)
+        del a, b
+    assert ref() is not None  # a cycle: reference counting cannot free it
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_callers_frozen_objects_stay_frozen(clean_gc: None) -> None:
+    long_lived = [Thing() for _ in range(100)]
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with no_cyclic_gc():
+        new = Thing()
+    assert gc.get_freeze_count() == frozen  # the simulator's and Kubernetes mode's freeze is untouched
+    assert gc.isenabled()
+    assert _in_generation(new, 0)  # the collector's usual way: not promoted
+    assert long_lived
+
+
+def test_a_disabled_collector_stays_disabled(clean_gc: None) -> None:
+    gc.disable()
+    with no_cyclic_gc():
+        pass
+    assert not gc.isenabled()
+
+
+def test_schedule_leaves_the_collector_as_it_found_it(clean_gc: None) -> None:
+    result = kaisched.schedule([
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+         "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "4"}}},
+        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"},
+         "spec": {"resources": {"gpu": {"quota": 4, "limit": -1, "overQuotaWeight": 1}}}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "p", "namespace": "default", "labels": {"kai.scheduler/queue": "q"}},
+         "spec": {"schedulerName": "kai-scheduler", "containers": [
+             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+    ])
+    assert [b.pod for b in result.binds] == ["default/p"]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
