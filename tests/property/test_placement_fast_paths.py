@@ -5,6 +5,8 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
 * new shared devices per node remembered until the accounting changes (``NodeTable.new_devices``);
 * "fits on idle resources" computed on the candidate nodes only (``NodeTable.fits_task_at``);
 * the fit-error histogram counted with ``bincount`` (the plain version: ``np.unique``);
+* a failed task shape checked again on the nodes changed since it failed, its histogram counted anew there
+  (``placement.recheck_failure``; the plain version: every node evaluated, the histogram counted afresh);
 * the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);
 * the eviction actions' per-commit state shared by the three actions (``Session.eviction_state``), and the
   signatures, victim candidacy and lowest victim priority remembered per job version / per commit.
@@ -78,6 +80,15 @@ def _plain_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] 
     return f"{placement.NO_NODES}: " + ". \n".join(parts) + "."
 
 
+def _plain_text(self: placement.FitHistogram, ssn: Session, task: TaskInfo,
+                codes: npt.NDArray[np.int32] | None) -> str:
+    return _plain_histogram(ssn, task, codes)
+
+
+def _never_recheck(ssn: Session, task: TaskInfo, known: placement.FitFailure) -> bool:
+    return False
+
+
 def _own_state_per_action(original: Any) -> Any:
     def execute(self: EvictingAction, ssn: Session) -> None:
         ssn.eviction_state = None  # nothing carried over from the action before
@@ -99,6 +110,8 @@ def plain_paths() -> Iterator[None]:
     with mock.patch.object(NodeTable, "new_devices", _plain_new_devices), \
             mock.patch.object(NodeTable, "fits_task_at", _plain_fits_task_at), \
             mock.patch.object(placement, "fit_error_histogram", _plain_histogram), \
+            mock.patch.object(placement.FitHistogram, "text", _plain_text), \
+            mock.patch.object(placement, "recheck_failure", _never_recheck), \
             mock.patch.object(EvictingAction, "execute", _own_state_per_action(EvictingAction.execute)), \
             mock.patch.object(PodGroupInfo, "may_be_victim", _plain_victim), \
             mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims):
@@ -109,6 +122,7 @@ def test_the_plain_paths_are_really_swapped_in() -> None:
     with plain_paths():
         assert placement.fit_error_histogram is _plain_histogram
         assert NodeTable.new_devices is _plain_new_devices
+        assert placement.recheck_failure is _never_recheck
     assert placement.fit_error_histogram is not _plain_histogram
 
 

@@ -332,6 +332,24 @@ def test_fit_error_histogram_names_every_missing_resource():
     assert "1 node(s) didn't have enough resources: GPUs." in message
 
 
+def test_fit_error_histogram_of_a_shape_that_failed_before_counts_the_nodes_changed_since():
+    """The second job of a shape that failed is checked again only on the nodes changed since the first one
+    failed (``placement.recheck_failure``): its message still counts every node as it is then."""
+    result = run(
+        node("a", 4, cpu=32), node("b", 4, cpu=32), queue("q"),
+        other_running("r1", "a", gpus=3, cpu=8), other_running("r2", "b", gpus=3, cpu=8),
+        job("j1-big", 1, gpus=2, cpu=8, created="2024-01-01T00:00:00Z"),
+        job("j2-cpu", 1, gpus=0, cpu=20, created="2024-01-01T00:00:01Z"),
+        job("j3-big", 1, gpus=2, cpu=8, created="2024-01-01T00:00:02Z"),
+    )
+    assert binds(result) == {"default/j2-cpu-0": "a"}
+    assert status(result, "j1-big").message.endswith(
+        "no nodes with enough resources were found: 2 node(s) didn't have enough resources: GPUs.")
+    assert status(result, "j3-big").message.endswith(
+        "no nodes with enough resources were found: 1 node(s) didn't have enough resources: GPUs. \n"
+        "1 node(s) didn't have enough resources: GPUs, CPU cores.")
+
+
 def test_max_node_resources_message_matches_kai():
     _, message = place([node("a", 8, cpu=64)], gpus=16)
     assert "The pod default/p-0 requires " in message

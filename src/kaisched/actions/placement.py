@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ from kaisched.framework.statement import Statement
 from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.gpu import GpuKind
 from kaisched.model.job import FitError, PodGroupInfo, SubGroupSet
+from kaisched.model.node import IntArray, NodeTable
 from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.task import TaskInfo
 
@@ -27,35 +29,81 @@ NO_NODES = "no nodes with enough resources were found"
 
 def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
     """KAI's per-task fit error: base text, then the sorted histogram of per-node reasons."""
-    nodes = ssn.nodes
-    n = len(nodes)
-    if n == 0:
-        return f"{NO_NODES}: 0 nodes in the cluster."
-    reasons: Counter[str] = Counter()
-    open_nodes = None  # the nodes every predicate passes (None: all)
-    if codes is not None:
-        per_code = np.bincount(codes, minlength=1)
-        for code in np.flatnonzero(per_code[1:]).tolist():
-            reasons[ssn.reason_text(code + 1)] += int(per_code[code + 1])
-        open_nodes = codes == 0
-    if open_nodes is None or open_nodes.any():
-        lacking = nodes.insufficient_for(task)
-        if lacking:
-            # one bit per insufficient resource, counted per distinct combination
-            bits = np.zeros(n if open_nodes is None else int(open_nodes.sum()), dtype=np.int64)
-            for i, (_, mask) in enumerate(lacking):
-                bits |= (mask if open_nodes is None else mask[open_nodes]).astype(np.int64) << i
-            names = [name for name, _ in lacking]
-            per_value = np.bincount(bits, minlength=1)
-            for below in np.flatnonzero(per_value[1:]).tolist():
-                value = below + 1
-                what = ", ".join(names[i] for i in range(len(lacking)) if value >> i & 1)
-                reasons[f"node(s) didn't have enough resources: {what}"] += int(per_value[value])
-    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
-    text = f"{NO_NODES}: " + ". \n".join(parts) + "."
-    if ssn.params.detailed_fit_errors:
-        text += "".join(f"\n{line}" for line in _detailed_lines(ssn, task, codes))
-    return text
+    return FitHistogram.of(ssn, task, codes).text(ssn, task, codes)
+
+
+class FitHistogram:
+    """The counts behind a fit error: nodes per predicate reason, and per combination of lacking resources
+    among the nodes every predicate passes (``bits``: per node, bit i set when it lacks ``names[i]``)."""
+
+    __slots__ = ("bits", "by_code", "by_lacking", "names")
+
+    def __init__(self, by_code: Counter[str], names: list[str], bits: IntArray | None,
+                 by_lacking: dict[int, int]) -> None:
+        self.by_code, self.names, self.bits, self.by_lacking = by_code, names, bits, by_lacking
+
+    @classmethod
+    def of(cls, ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> FitHistogram:
+        nodes = ssn.nodes
+        by_code: Counter[str] = Counter()
+        open_nodes = None  # the nodes every predicate passes (None: all)
+        if codes is not None:
+            per_code = np.bincount(codes, minlength=1)
+            for code in np.flatnonzero(per_code[1:]).tolist():
+                by_code[ssn.reason_text(code + 1)] += int(per_code[code + 1])
+            open_nodes = codes == 0
+        names: list[str] = []
+        bits = None
+        by_lacking: dict[int, int] = {}
+        if len(nodes) and (open_nodes is None or open_nodes.any()):
+            lacking = nodes.insufficient_for(task)
+            if lacking:
+                # one bit per insufficient resource, counted per distinct combination
+                bits = np.zeros(len(nodes), dtype=np.int64)
+                for i, (_, mask) in enumerate(lacking):
+                    bits |= mask.astype(np.int64) << i
+                if open_nodes is not None:
+                    bits[~open_nodes] = 0
+                names = [name for name, _ in lacking]
+                per_value = np.bincount(bits, minlength=1)
+                by_lacking = {v + 1: int(per_value[v + 1]) for v in np.flatnonzero(per_value[1:]).tolist()}
+        return cls(by_code, names, bits, by_lacking)
+
+    def still_failing(self, nodes: NodeTable, task: TaskInfo, at: IntArray) -> bool:
+        """Count the nodes ``at`` (every predicate passes them; their accounting changed) anew; False, with
+        nothing changed, when the task fits on one of them now."""
+        new = nodes.lacking_at(task, at)
+        if not new.all():
+            return False
+        bits, counts = self.bits, self.by_lacking
+        if bits is None:  # nothing requested: the task would fit wherever the predicates pass
+            return False
+        for j, old, value in zip(at.tolist(), bits[at].tolist(), new.tolist(), strict=True):
+            if old == value:
+                continue
+            if old:
+                left = counts[old] - 1
+                if left:
+                    counts[old] = left
+                else:
+                    del counts[old]
+            counts[value] = counts.get(value, 0) + 1
+            bits[j] = value
+        return True
+
+    def text(self, ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
+        if len(ssn.nodes) == 0:
+            return f"{NO_NODES}: 0 nodes in the cluster."
+        reasons = Counter(self.by_code)
+        names = self.names
+        for value, count in self.by_lacking.items():
+            what = ", ".join(names[i] for i in range(len(names)) if value >> i & 1)
+            reasons[f"node(s) didn't have enough resources: {what}"] += count
+        parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+        text = f"{NO_NODES}: " + ". \n".join(parts) + "."
+        if ssn.params.detailed_fit_errors:
+            text += "".join(f"\n{line}" for line in _detailed_lines(ssn, task, codes))
+        return text
 
 
 def _detailed_lines(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> list[str]:
@@ -103,6 +151,19 @@ def _show(r: int, value: float) -> str:
     return f"{value:g}"
 
 
+Codes = npt.NDArray[np.int32]
+
+
+class FitFailure:
+    """A task shape that found no node at ``version`` of the accounting: its fit error (``detail``; "" when not
+    explained), the predicates' codes then and, when explained, the histogram the text was made from."""
+
+    __slots__ = ("codes", "detail", "histogram", "version")
+
+    def __init__(self, version: int, detail: str, codes: Codes | None, histogram: FitHistogram | None) -> None:
+        self.version, self.detail, self.codes, self.histogram = version, detail, codes, histogram
+
+
 def place_task(
     ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool = True,
     node_mask: npt.NDArray[np.bool_] | None = None,
@@ -110,20 +171,58 @@ def place_task(
     """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off).
 
     A task that failed while nothing changed since an identical task failed (same constraints and
-    requests, same queue, no placement or eviction in between) fails again without being evaluated."""
+    requests, same queue, no placement or eviction in between) fails again without being evaluated; after a
+    few changes, only the nodes they touched are evaluated again (:func:`recheck_failure`)."""
     for pre in ssn.pre_predicates:
         err = pre(task)
         if err is not None:
             return err.message
     cache_key = failure_key(task, pipeline_only, explain) if node_mask is None else None
     if cache_key is not None:
-        known = ssn.fit_failures.get(cache_key)
-        if known is not None and known[0] == ssn.nodes.version:
-            return known[1]
-    detail = _place(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
-    if detail is not None and cache_key is not None:
-        ssn.fit_failures[cache_key] = (ssn.nodes.version, detail)
-    return detail
+        known = cast(FitFailure | None, ssn.fit_failures.get(cache_key))
+        if known is not None and (known.version == ssn.nodes.version or recheck_failure(ssn, task, known)):
+            return known.detail
+    failure = _place(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
+    if failure is None:
+        return None
+    if cache_key is not None:
+        ssn.fit_failures[cache_key] = failure
+    return failure.detail
+
+
+def recheck_failure(ssn: Session, task: TaskInfo, known: FitFailure) -> bool:
+    """Whether a task of a shape that failed at ``known.version`` still fits nowhere, evaluating only the nodes
+    whose accounting changed since (a node's fit depends on its own accounting only) when the predicates
+    answer as they did; ``known`` is brought up to date then (its histogram counted anew on those nodes).
+    False when it may fit now, or when too much changed to tell cheaply: the caller evaluates every node."""
+    nodes = ssn.nodes
+    histogram = known.histogram
+    if histogram is not None and ssn.params.detailed_fit_errors:  # a line per node: evaluated anew
+        return False
+    changed = nodes.changed_since(known.version, limit=max(len(nodes) // RECHECK_SHARE, RECHECK_LEAST))
+    if changed is None:
+        return False
+    codes = predicate_codes(ssn, task)
+    old = known.codes
+    if codes is not old and (codes is None or old is None or not np.array_equal(codes, old)):
+        return False
+    at = changed if codes is None else changed[codes[changed] == 0]
+    if len(at):
+        if histogram is None:
+            if nodes.fits_task_at(task, at, with_releasing=True).any():
+                return False
+        elif not histogram.still_failing(nodes, task, at):
+            return False
+        else:
+            known.detail = histogram.text(ssn, task, codes)
+    known.version = nodes.version
+    return True
+
+
+#: a failure is checked again on the nodes changed since while there were at most nodes / RECHECK_SHARE changes
+#: (at least RECHECK_LEAST); past that, every node is evaluated again
+RECHECK_SHARE = 16
+RECHECK_LEAST = 32
 
 
 def failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
@@ -137,16 +236,22 @@ def failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[obj
     return (spec, pipeline_only, explain)
 
 
-def _place(
-    ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool,
-    node_mask: npt.NDArray[np.bool_] | None,
-) -> str | None:
+def predicate_codes(ssn: Session, task: TaskInfo) -> Codes | None:
+    """Per node, the first failing predicate's reason code (0: every predicate passes); None: all pass."""
     codes = None
     for predicate in ssn.predicates:
         c = predicate(task)
         if c is None:
             continue
         codes = c.copy() if codes is None else np.where(codes == 0, c, codes)
+    return codes
+
+
+def _place(
+    ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool,
+    node_mask: npt.NDArray[np.bool_] | None,
+) -> FitFailure | None:
+    codes = predicate_codes(ssn, task)
     nodes = ssn.nodes
     if node_mask is not None and np.count_nonzero(node_mask) * 4 < len(nodes):  # a few nodes (a simulation's)
         allowed = np.flatnonzero(node_mask)
@@ -161,7 +266,10 @@ def _place(
             fit &= codes == 0
         indices = np.flatnonzero(fit)
     if len(indices) == 0:
-        return fit_error_histogram(ssn, task, codes) if explain else ""
+        if not explain:
+            return FitFailure(nodes.version, "", codes, None)
+        histogram = FitHistogram.of(ssn, task, codes)
+        return FitFailure(nodes.version, histogram.text(ssn, task, codes), codes, histogram)
     if nodes.any_releasing:
         fits_idle = nodes.fits_task_at(task, indices, with_releasing=False)
     else:  # nothing releasing anywhere: every candidate fits on idle resources

@@ -117,8 +117,8 @@ class Session:
         self.jobs_with_pending: list[PodGroupInfo] | None = None
         self._to_allocate: dict[str, tuple[int, list[TaskInfo]]] = {}
         self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
-        # placement failures: task shape -> (nodes.version when it failed, fit error text)
-        self.fit_failures: dict[tuple[object, ...], tuple[int, str]] = {}
+        # placement failures: task shape -> when it failed and why (actions.placement's FitFailure)
+        self.fit_failures: dict[tuple[object, ...], object] = {}
         #: what the eviction actions keep for the session and share until the next commit (its type is
         #: actions.evicting's)
         self.eviction_state: object = None

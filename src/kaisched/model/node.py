@@ -81,12 +81,16 @@ def node_condition_error(node: Node) -> str | None:
     return None
 
 
+#: changes of the accounting remembered for :meth:`NodeTable.changed_since` (the older half is forgotten beyond)
+MAX_CHANGES_KEPT = 1 << 16
+
+
 class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
-    __slots__ = ("_new_devices", "_with_releasing", "allocatable", "any_releasing", "by_name", "gpu_capacity",
-                 "idle", "infos", "legacy_mig", "names", "releasing", "resources", "schedulable", "shared", "touched",
-                 "version")
+    __slots__ = ("_changes", "_changes_base", "_new_devices", "_with_releasing", "allocatable", "any_releasing",
+                 "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing", "resources",
+                 "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None) -> None:
@@ -112,6 +116,9 @@ class NodeTable:
         self.shared = SharedGpus(self.names, static.gpu_memory, static.synced)
         self.legacy_mig: IntArray = np.zeros(n, dtype=np.int64)  # running legacy MIG pods per node
         self.version = 0  # bumped by every change of the accounting (a cache key for fit results)
+        # the node of every change since version ``_changes_base`` (version v's change is _changes[v - base - 1])
+        self._changes: list[int] = []
+        self._changes_base = 0
         # False while no resource has ever been releasing or pipelined in this table: then "fits with
         # releasing resources" is "fits on idle ones" and is computed once
         self.any_releasing = False
@@ -134,7 +141,7 @@ class NodeTable:
     # ---- accounting -----------------------------------------------------------------------------
     def add_task(self, task: TaskInfo, node: int) -> None:
         """Put a task with an active-used status onto a node."""
-        self.version += 1
+        self._changed(node)
         status = task.status
         req = task.req
         if status is TaskStatus.RELEASING or status is TaskStatus.PIPELINED:
@@ -159,7 +166,7 @@ class NodeTable:
 
     def remove_task(self, task: TaskInfo, node: int) -> None:
         """Exact inverse of :meth:`add_task` for the task's current status."""
-        self.version += 1
+        self._changed(node)
         status = task.status
         req = task.req
         if status in CONSUMES_IDLE:
@@ -180,6 +187,24 @@ class NodeTable:
                 info.host_ports[port] = left
             else:
                 info.host_ports.pop(port, None)
+
+    def _changed(self, node: int) -> None:
+        self.version += 1
+        changes = self._changes
+        changes.append(node)
+        if len(changes) > MAX_CHANGES_KEPT:  # forget the older half
+            half = len(changes) // 2
+            del changes[:half]
+            self._changes_base += half
+
+    def changed_since(self, version: int, limit: int) -> IntArray | None:
+        """The nodes whose accounting changed since ``version`` (sorted, each once), or None when that is
+        not known any more or more than ``limit`` changes were made since."""
+        start = version - self._changes_base
+        if start < 0 or self.version - version > limit:
+            return None
+        changed: IntArray = np.unique(np.array(self._changes[start:], dtype=np.int64))
+        return changed
 
     def _join_groups(self, task: TaskInfo, node: int, sign: int) -> None:
         d_idle, d_rel, d_pods = self.shared.join(task, node, sign)
@@ -308,6 +333,19 @@ class NodeTable:
         if task.gpu.shared:
             out &= self.shared_gpu_fit(task, with_releasing=with_releasing, at=indices)
         return out
+
+    def lacking_at(self, task: TaskInfo, indices: IntArray) -> IntArray:
+        """Per node of ``indices``: bit i set when it lacks the i-th resource :meth:`insufficient_for` names."""
+        rows = np.flatnonzero(task.req > 0)
+        avail = self.idle[np.ix_(rows, indices)]
+        if self.any_releasing:
+            avail = avail + self.releasing[np.ix_(rows, indices)]
+        below = avail < (task.req[rows] - 1e-9)[:, None]
+        bits: IntArray = (below.astype(np.int64) << np.arange(len(rows), dtype=np.int64)[:, None]).sum(axis=0)
+        if task.gpu.shared:
+            no_devices = ~self.shared_gpu_fit(task, with_releasing=True, at=indices)
+            bits |= no_devices.astype(np.int64) << len(rows)
+        return bits
 
     def insufficient_for(self, task: TaskInfo) -> list[tuple[str, BoolArray]]:
         """Per lacking resource (KAI's name for it), the nodes that lack it even with releasing resources."""
