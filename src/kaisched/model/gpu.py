@@ -147,13 +147,33 @@ def legacy_mig_annotation(pod: Pod) -> str | None:
     return None
 
 
+#: GPU requests read so far, by everything they are read from (pods of one workload ask alike)
+_READ: dict[tuple[object, ...], tuple[GpuRequest, GpuRequestError | None]] = {}
+_READ_MAX = 4096
+
+
 def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None) -> tuple[GpuRequest,
                                                                                      GpuRequestError | None]:
     """The pod's GPU request, or the best reading of it and the first validation error (spec 7.1).
-    ``requests``: the pod's effective requests when already computed."""
+    ``requests``: the pod's effective requests when already computed. (Remembered by what it is read from:
+    the requests, the GPU annotations and, when one is named, the container names.)"""
     ann = pod.meta.annotations
     if requests is None:
         requests = pod.requests
+    container = ann.get(C.GPU_FRACTION_CONTAINER_NAME_ANNOTATION, "")
+    key = (tuple(requests.items()), ann.get(C.GPU_FRACTION_ANNOTATION), ann.get(C.GPU_MEMORY_ANNOTATION),
+           ann.get(C.GPU_FRACTION_NUM_DEVICES_ANNOTATION), ann.get(C.MPS_ANNOTATION, ""), container,
+           tuple(c.name for c in (*pod.containers, *pod.init_containers)) if container else ())
+    known = _READ.get(key)
+    if known is None:
+        known = _read_gpu_request(pod, requests)
+        if len(_READ) < _READ_MAX:
+            _READ[key] = known
+    return known
+
+
+def _read_gpu_request(pod: Pod, requests: Mapping[str, float]) -> tuple[GpuRequest, GpuRequestError | None]:
+    ann = pod.meta.annotations
     whole = 0.0
     for name in GPU_RESOURCE_NAMES:
         whole += requests.get(name, 0.0)
