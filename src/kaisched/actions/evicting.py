@@ -232,7 +232,7 @@ class EvictingAction(Action):
         fits_of = self.shared(ssn).fits
         key: tuple[object, ...] | None = None
         if not job.has_topology:
-            key = tuple(failure_key(t, True, False) for t in tasks)
+            key = tuple(failure_key(ssn, t, True, False) for t in tasks)
             known = fits_of.get(key)
             if known is not None:
                 return known

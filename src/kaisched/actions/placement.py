@@ -177,7 +177,7 @@ def place_task(
         err = pre(task)
         if err is not None:
             return err.message
-    cache_key = failure_key(task, pipeline_only, explain) if node_mask is None else None
+    cache_key = failure_key(ssn, task, pipeline_only, explain) if node_mask is None else None
     if cache_key is not None:
         known = cast(FitFailure | None, ssn.fit_failures.get(cache_key))
         if known is not None and (known.version == ssn.nodes.version or recheck_failure(ssn, task, known)):
@@ -225,15 +225,18 @@ RECHECK_SHARE = 16
 RECHECK_LEAST = 32
 
 
-def failure_key(task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
-    """Everything a task's fit depends on besides the cluster state (which ``nodes.version`` stands for)."""
-    spec = task.fit_spec
-    if spec is None:  # the task's own part, built once per session
+def failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[int, bool, bool]:
+    """Everything a task's fit depends on besides the cluster state (which ``nodes.version`` stands for): the
+    task's part numbered once per session (tasks alike share the number), so the key hashes at once."""
+    fit_id = task.fit_id
+    if fit_id < 0:
         job = task.job
-        spec = task.fit_spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports,
-                                repr(task.pod.affinity), task.namespace, tuple(sorted(task.labels.items())),
-                                job.queue if job else "", job.preemptible if job else True)
-    return (spec, pipeline_only, explain)
+        spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity),
+                task.namespace, tuple(sorted(task.labels.items())), job.queue if job else "",
+                job.preemptible if job else True)
+        ids = ssn.fit_ids
+        fit_id = task.fit_id = ids.setdefault(spec, len(ids))
+    return (fit_id, pipeline_only, explain)
 
 
 def predicate_codes(ssn: Session, task: TaskInfo) -> Codes | None:

@@ -119,6 +119,8 @@ class Session:
         self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
         # placement failures: task shape -> when it failed and why (actions.placement's FitFailure)
         self.fit_failures: dict[tuple[object, ...], object] = {}
+        # what a task's fit depends on -> its number (actions.placement.failure_key)
+        self.fit_ids: dict[tuple[object, ...], int] = {}
         #: what the eviction actions keep for the session and share until the next commit (its type is
         #: actions.evicting's)
         self.eviction_state: object = None

@@ -46,8 +46,9 @@ class TaskInfo:
     devices: float = 0.0
     # the pod's scheduling constraints as text (the eviction actions' signature), computed once per session
     constraints_text: str = ""
-    # everything its fit depends on besides the cluster state (placement.failure_key), once per session
-    fit_spec: tuple[object, ...] | None = None
+    # everything its fit depends on besides the cluster state, as the session's number for it
+    # (placement.failure_key); -1 until asked
+    fit_id: int = -1
     key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
     def __post_init__(self) -> None:

@@ -23,7 +23,7 @@ from kaisched.k8s.objects import (
     Taint,
     Toleration,
 )
-from kaisched.model.gpu import GpuKind
+from kaisched.model.gpu import GpuKind, GpuRequest
 from kaisched.model.job import FitError
 from kaisched.model.node import NodeInfo
 from kaisched.model.resources import CPU, GPU, MEMORY
@@ -140,9 +140,6 @@ def _amount(r: int, value: float) -> str:
     return f"{value:g}"
 
 
-_NOT_ASKED = FitError("", "")  # max_node_resources: no answer remembered for the task yet
-
-
 # --------------------------------------------------------------------------------------- plugin
 
 class PredicatesPlugin(Plugin):
@@ -153,7 +150,7 @@ class PredicatesPlugin(Plugin):
         self.nodes = ssn.nodes
         n = len(ssn.nodes)
         self._static: dict[tuple[object, ...], Codes | None] = {}
-        self._too_big: dict[str, FitError | None] = {}  # task uid -> max_node_resources (fixed for the session)
+        self._too_big: dict[tuple[bytes, GpuRequest], bool] = {}  # request -> larger than any node (max_node_resources)
         self._label_values: dict[str, npt.NDArray[np.object_]] = {}
         # node conditions never change within a session
         cond = np.zeros(n, dtype=np.int32)
@@ -183,12 +180,15 @@ class PredicatesPlugin(Plugin):
     # ---- pre-predicate ------------------------------------------------------------------------
     def max_node_resources(self, task: TaskInfo) -> FitError | None:
         """The task asks for more than any node has (of a resource, or of shared GPU devices); the answer
-        depends on the task and the nodes' allocatable resources only: remembered per task."""
-        known = self._too_big.get(task.uid, _NOT_ASKED)
-        if known is not _NOT_ASKED:
-            return known
-        error = self._too_big[task.uid] = self._larger_than_any_node(task)
-        return error
+        depends on the task's requests and the nodes' allocatable resources only: whether it is too big is
+        remembered per request (vector and GPU request), the error (it names the pod) made per task."""
+        shape = (task.req.tobytes(), task.gpu)
+        too_big = self._too_big.get(shape)
+        if too_big is None:
+            error = self._larger_than_any_node(task)
+            self._too_big[shape] = error is not None
+            return error
+        return self._larger_than_any_node(task) if too_big else None
 
     def _larger_than_any_node(self, task: TaskInfo) -> FitError | None:
         too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
