@@ -2,7 +2,8 @@
 them replaced by the plain computation it stands for, random eviction clusters and the scale benchmark's
 cluster are scheduled exactly alike (binds, pipelined pods, evictions, every status message).
 
-* new shared devices per node remembered until the accounting changes (``NodeTable.new_devices``);
+* new shared devices per node remembered until the accounting changes, then figured again on the changed
+  nodes only (``NodeTable.new_devices``);
 * "fits on idle resources" computed on the candidate nodes only (``NodeTable.fits_task_at``);
 * the fit-error histogram counted with ``bincount`` (the plain version: ``np.unique``);
 * a failed task shape checked again on the nodes changed since it failed, its histogram counted anew there

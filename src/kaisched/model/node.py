@@ -18,6 +18,7 @@ a shared device takes one whole GPU of the GPU row, so whole-GPU tasks never lan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -81,6 +82,8 @@ def node_condition_error(node: Node) -> str | None:
     return None
 
 
+#: new shared devices per node (NodeTable.new_devices) are figured again on the changed nodes up to this many changes
+NEW_DEVICES_REDONE = 64
 #: changes of the accounting remembered for :meth:`NodeTable.changed_since` (the older half is forgotten beyond)
 MAX_CHANGES_KEPT = 1 << 16
 
@@ -200,11 +203,19 @@ class NodeTable:
     def changed_since(self, version: int, limit: int) -> IntArray | None:
         """The nodes whose accounting changed since ``version`` (sorted, each once), or None when that is
         not known any more or more than ``limit`` changes were made since."""
+        changes = self.changes_since(version, limit)
+        if changes is None:
+            return None
+        changed: IntArray = np.unique(np.array(changes, dtype=np.int64))
+        return changed
+
+    def changes_since(self, version: int, limit: int) -> list[int] | None:
+        """The node of each change since ``version`` (in order, a node once per change), or None when that
+        is not known any more or there were more than ``limit``."""
         start = version - self._changes_base
         if start < 0 or self.version - version > limit:
             return None
-        changed: IntArray = np.unique(np.array(self._changes[start:], dtype=np.int64))
-        return changed
+        return self._changes[start:]
 
     def _join_groups(self, task: TaskInfo, node: int, sign: int) -> None:
         d_idle, d_rel, d_pods = self.shared.join(task, node, sign)
@@ -283,12 +294,32 @@ class NodeTable:
         slot). Depends on the accounting and the task's pod slots only: remembered until the next change."""
         key = (self.version, with_releasing, float(task.req[PODS]))
         known = self._new_devices
-        if known is not None and known[0] == key:
-            return known[1]
+        if known is not None:
+            if known[0] == key:
+                return known[1]
+            if known[0][1:] == key[1:]:  # the same question some changes ago: answered again on their nodes
+                changes = self.changes_since(known[0][0], NEW_DEVICES_REDONE)
+                if changes is not None:
+                    new_ok = known[1].copy()
+                    for j in changes:
+                        new_ok[j] = self._new_devices_at(j, with_releasing, key[2])
+                    self._new_devices = (key, new_ok)
+                    return new_ok
         free, slots = self.new_gpu_slots(task, with_releasing=with_releasing)
         new_ok = np.minimum(free, slots)
         self._new_devices = (key, new_ok)
         return new_ok
+
+    def _new_devices_at(self, j: int, with_releasing: bool, pods_asked: float) -> int:
+        """:meth:`new_gpu_slots`' figures for node ``j`` (the same float operations, one node), their minimum."""
+        idle_gpus, idle_pods = float(self.idle[GPU, j]), float(self.idle[PODS, j])
+        if with_releasing:
+            gpus = max(idle_gpus + float(self.releasing[GPU, j]), 0.0)
+            pods = idle_pods + float(self.releasing[PODS, j])
+        else:
+            gpus = max(idle_gpus, 0.0)
+            pods = idle_pods + 0.0
+        return min(math.floor(gpus + EPSILON), math.floor(pods - pods_asked + EPSILON))
 
     def shared_gpu_fit(self, task: TaskInfo, *, with_releasing: bool, at: IntArray | None = None) -> BoolArray:
         """Nodes (of ``at``, when given) with devices for a shared task (fraction or gpu-memory), ignoring its
