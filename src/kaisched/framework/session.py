@@ -224,8 +224,14 @@ class Session:
     def _pending_of(self, ps: PodSetInfo) -> list[TaskInfo]:
         """The pod set's next tasks: up to its unsatisfied minimum, else one (in task order)."""
         revivable = self.revivable
+        tasks = ps.tasks
+        if len(tasks) == 1:  # (most pod sets) pending: none of it allocated, and a minimum is at least 1
+            t = tasks[0]
+            if t.status is TaskStatus.PENDING or (t.status is TaskStatus.RELEASING and t.uid in revivable):
+                return [t]
+            return []
         pending = [
-            t for t in ps.tasks
+            t for t in tasks
             if t.status is TaskStatus.PENDING or (t.status is TaskStatus.RELEASING and t.uid in revivable)
         ]
         if not pending:
@@ -330,12 +336,11 @@ class Session:
         if tasks and statuses.isdisjoint(ALIVE) and TaskStatus.RELEASING not in statuses:
             return None  # finished: every pod succeeded or failed
         has_pending = TaskStatus.PENDING in statuses or TaskStatus.GATED in statuses
-        gang_ok = bool(tasks) and job.is_allocated_gang_satisfied()
         if job.key in pipelined:
             status = "Pipelined"
-        elif job.key in bound and gang_ok:
+        elif job.key in bound and tasks and job.is_allocated_gang_satisfied():
             status = "Allocated"
-        elif gang_ok and not statuses.isdisjoint(ACTIVE_ALLOCATED):
+        elif not statuses.isdisjoint(ACTIVE_ALLOCATED) and tasks and job.is_allocated_gang_satisfied():
             status = "Running"
         else:
             status = "Pending"
@@ -344,16 +349,19 @@ class Session:
         if status == "Pipelined" and job.pipelined_reason is not None:
             reason, message = job.pipelined_reason.reason, job.pipelined_reason.message
         elif has_pending or not tasks:  # like KAI, only jobs with Pending/Gated pods (or none yet) are explained
-            error = self.pending_reason(job)
+            error = self.pending_reason(job, tasks)
             if error is not None:
                 reason, message = error.reason, error.message
         return PodGroupStatus(job.key, job.queue, status, reason, message, rfc3339(job.last_start),
                               rfc3339(job.stale_since))
 
-    def pending_reason(self, job: PodGroupInfo) -> FitError | None:
+    def pending_reason(self, job: PodGroupInfo, tasks: list[TaskInfo] | None = None) -> FitError | None:
+        """Why the job waits (``tasks``: its tasks, when the caller has them)."""
         if job.blocked is not None:
             return job.blocked
-        if not job.tasks:
+        if tasks is None:
+            tasks = job.tasks
+        if not tasks:
             return FitError("NotReady", "Job is not ready for scheduling. The PodGroup has no pods")
         if not job.is_ready():
             parts = []
@@ -370,6 +378,6 @@ class Session:
                 return job.fit_errors[0]
             return FitError("Unable to schedule podgroup",
                             "\n".join(sorted({e.message for e in job.fit_errors})))
-        if any(t.status is TaskStatus.PENDING for t in job.tasks):
+        if any(t.status is TaskStatus.PENDING for t in tasks):
             return FitError("Unschedulable", "Unable to schedule pod")
         return None

@@ -443,16 +443,19 @@ class SnapshotBuilder:
         )
         info.root = self._sub_group_tree(pg, info, facts.root_constraint)
         info.has_topology = info.root.has_constraint(info.pod_sets)
+        queue = tree.queues.get(pg.queue)
+        if queue is not None and queue.is_leaf and pg.queue not in dropped:  # (most jobs)
+            return info
         ref = _ref("PodGroup", meta)
         if not pg.queue:
             info.blocked = FitError("QueueDoesNotExist", "PodGroup does not name a queue (spec.queue is empty)")
             self.errors.append(ObjectError(ref, "spec.queue", "must name a queue"))
         elif pg.queue in dropped:
             info.blocked = FitError("QueueDoesNotExist", f"Queue '{pg.queue}' does not exist. {dropped[pg.queue]}")
-        elif pg.queue not in tree.queues:
+        elif queue is None:
             info.blocked = FitError("QueueDoesNotExist", f"Queue '{pg.queue}' does not exist")
             self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' does not exist"))
-        elif not tree.queues[pg.queue].is_leaf:
+        else:
             info.blocked = FitError(
                 "QueueIsNotLeaf", f"Queue '{pg.queue}' is not a leaf queue; workloads must be submitted to leaf queues"
             )
