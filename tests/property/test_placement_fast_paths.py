@@ -9,6 +9,8 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
 * a failed task shape checked again on the nodes changed since it failed, its histogram counted anew there
   (``placement.recheck_failure``; the plain version: every node evaluated, the histogram counted afresh);
 * the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);
+* an eviction action where no job passes the quick checks returns before ordering the jobs
+  (``EvictingAction.nothing_to_do``; the plain version: every job popped and skipped);
 * the eviction actions' per-commit state shared by the three actions (``Session.eviction_state``), and the
   signatures, victim candidacy and lowest victim priority remembered per job version / per commit.
 """
@@ -31,7 +33,7 @@ from hypothesis import given
 from kaisched.actions import placement
 from kaisched.actions.evicting import EvictingAction, PreemptAction
 from kaisched.actions.job_queue import Entry, JobsQueue
-from kaisched.cluster.schedule import prepare, resolve_config
+from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.session import Session
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.job import PodGroupInfo
@@ -115,7 +117,8 @@ def plain_paths() -> Iterator[None]:
             mock.patch.object(placement, "recheck_failure", _never_recheck), \
             mock.patch.object(EvictingAction, "execute", _own_state_per_action(EvictingAction.execute)), \
             mock.patch.object(PodGroupInfo, "may_be_victim", _plain_victim), \
-            mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims):
+            mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims), \
+            mock.patch.object(EvictingAction, "nothing_to_do", lambda self, ssn, candidates: False):
         yield
 
 
@@ -137,6 +140,33 @@ def test_fast_paths_decide_as_the_plain_ones(cluster: Cluster, actions: str | No
 def test_fast_paths_decide_as_the_plain_ones_on_a_busy_cluster(nodes: int) -> None:
     """Fractions, gangs, thousands of failed fits."""
     busy_cluster_decides_alike(nodes, plain_paths)
+
+
+def test_preempt_with_no_lower_priority_work_orders_no_jobs() -> None:
+    """Every pending and running job at one priority: preempt returns before building a job queue (and decides
+    what popping and skipping every job decided)."""
+    from benchmarks.scale import ScaleSize, scale_cluster
+
+    cfg = resolve_config({"actions": "allocate, preempt"})
+    objs = prepare(parse_objects(scale_cluster(ScaleSize(30, 2, 2, 300)).objects), cfg, NOW)
+    original = JobsQueue.__init__
+
+    def queues_built() -> tuple[int, dict[str, Any]]:
+        built: list[int] = []
+
+        def counting(self: JobsQueue, *args: Any, **kwargs: Any) -> None:
+            built.append(1)
+            original(self, *args, **kwargs)
+
+        with mock.patch.object(JobsQueue, "__init__", counting):
+            result = run_prepared_cycle(objs, cfg, NOW)
+        return len(built), result.to_dict()
+
+    quick, decided = queues_built()
+    assert quick == 1  # allocate's; none for preempt
+    with mock.patch.object(EvictingAction, "nothing_to_do", lambda self, ssn, candidates: False):
+        plain, plainly_decided = queues_built()
+    assert plain == 2 and plainly_decided == decided
 
 
 def _as_plain_heaps(queue: JobsQueue) -> JobsQueue:

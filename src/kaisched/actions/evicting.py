@@ -177,15 +177,16 @@ class EvictingAction(Action):
 
     def execute(self, ssn: Session) -> None:
         self._preemptible = [j for j in ssn.jobs.values() if j.preemptible]
+        candidates = self.candidates(ssn)
+        if self.nothing_to_do(ssn, candidates):
+            return
         depth = ssn.config.queue_depth_per_action.get(self.name)
-        queue = JobsQueue(ssn, self.candidates(ssn), depth)
+        queue = JobsQueue(ssn, candidates, depth)
         failed: dict[SignatureKey, Difficulty] = {}
         use_signatures = ssn.params.use_scheduling_signatures
         while (job := queue.pop()) is not None:
-            if not job.has_pending() or not self.eligible(ssn, job):
+            if not self.passes_quick_checks(ssn, job):
                 continue
-            if not self.may_have_victims(ssn, job):
-                continue  # (a quick check, with the outcome of finding no victims: nothing to do)
             if use_signatures:
                 key, difficulty = self.signature_and_difficulty(ssn, job)
                 known = failed.get(key)
@@ -212,6 +213,18 @@ class EvictingAction(Action):
                 continue
             self.accept(ssn, job, scenario)
             stmt.commit()
+
+    def nothing_to_do(self, ssn: Session, candidates: list[PodGroupInfo]) -> bool:
+        """No candidate passes the quick checks: the loop would skip every job, and nothing changes while it
+        does, so none would pass later either (no queue is built then: preempt in a cluster where no queue
+        has a lower-priority job)."""
+        return not any(self.passes_quick_checks(ssn, job) for job in candidates)
+
+    def passes_quick_checks(self, ssn: Session, job: PodGroupInfo) -> bool:
+        """The job has pending pods, is eligible and may have victims (:meth:`may_have_victims`: a quick check,
+        with the outcome of finding no victims). They change nothing: a job that fails them leaves the
+        session as it was."""
+        return job.has_pending() and self.eligible(ssn, job) and self.may_have_victims(ssn, job)
 
     def signature_and_difficulty(self, ssn: Session, job: PodGroupInfo) -> tuple[SignatureKey, Difficulty]:
         """(queue, :func:`signature`) and :func:`job_difficulty` of the job (per job version)."""
