@@ -6,6 +6,8 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
   nodes only (``NodeTable.new_devices``);
 * "fits on idle resources" computed on the candidate nodes only (``NodeTable.fits_task_at``);
 * the fit-error histogram counted with ``bincount`` (the plain version: ``np.unique``);
+* failure keys numbered once per session and shared by the queues (``placement.failure_key``; the plain
+  version: the task's whole spec, its queue and preemptibility included, built on every call);
 * a failed task shape checked again on the nodes changed since it failed, its histogram counted anew there
   (``placement.recheck_failure``; the plain version: every node evaluated, the histogram counted afresh);
 * the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);
@@ -30,7 +32,7 @@ import numpy.typing as npt
 import pytest
 from hypothesis import given
 
-from kaisched.actions import placement
+from kaisched.actions import evicting, placement
 from kaisched.actions.evicting import EvictingAction, PreemptAction
 from kaisched.actions.job_queue import Entry, JobsQueue
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
@@ -88,6 +90,13 @@ def _plain_text(self: placement.FitHistogram, ssn: Session, task: TaskInfo,
     return _plain_histogram(ssn, task, codes)
 
 
+def _plain_failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[object, ...]:
+    job = task.job
+    spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity), task.namespace,
+            tuple(sorted(task.labels.items())), job.queue if job else "", job.preemptible if job else True)
+    return (spec, pipeline_only, explain)
+
+
 def _never_recheck(ssn: Session, task: TaskInfo, known: placement.FitFailure) -> bool:
     return False
 
@@ -115,6 +124,8 @@ def plain_paths() -> Iterator[None]:
             mock.patch.object(placement, "fit_error_histogram", _plain_histogram), \
             mock.patch.object(placement.FitHistogram, "text", _plain_text), \
             mock.patch.object(placement, "recheck_failure", _never_recheck), \
+            mock.patch.object(placement, "failure_key", _plain_failure_key), \
+            mock.patch.object(evicting, "failure_key", _plain_failure_key), \
             mock.patch.object(EvictingAction, "execute", _own_state_per_action(EvictingAction.execute)), \
             mock.patch.object(PodGroupInfo, "may_be_victim", _plain_victim), \
             mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims), \

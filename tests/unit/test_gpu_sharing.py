@@ -224,6 +224,16 @@ def test_gpu_memory_respects_the_queue_limit_per_node() -> None:
     assert "allowable limit of GPUs" in status(result, "m").message
 
 
+def test_a_gpu_memory_pod_over_its_queues_limit_does_not_fail_the_same_pod_of_another_queue() -> None:
+    """Fit failures are remembered per task shape across queues, except for gpu-memory pods: their per-node
+    capacity check reads the queue (``placement.failure_key``). The limited queue (priority 200, over the
+    default 100) goes first."""
+    result = run(node("n1", 1, labels={MIB: "10000"}), queue("limited", gpu_limit=0.5, priority=200), queue("free"),
+                 shared("m1", memory=6000, q="limited"), shared("m2", memory=6000, q="free"))
+    assert "allowable limit of GPUs" in status(result, "m1").message
+    assert binds(result) == {"default/m2": "n1"}
+
+
 # ----------------------------------------------------------------------------------------------- queues
 def test_fractions_count_in_queue_allocation_and_limits() -> None:
     result = run(node("n1", 2), queue("q", gpu_limit=0.8), shared("a", fraction=0.5), shared("b", fraction=0.5))

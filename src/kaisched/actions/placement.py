@@ -227,13 +227,18 @@ RECHECK_LEAST = 32
 
 def failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool) -> tuple[int, bool, bool]:
     """Everything a task's fit depends on besides the cluster state (which ``nodes.version`` stands for): the
-    task's part numbered once per session (tasks alike share the number), so the key hashes at once."""
+    task's part numbered once per session (tasks alike share the number), so the key hashes at once.
+
+    The queue and the job's preemptibility are part of it only for a gpu-memory task: the one predicate that
+    reads them is the per-node capacity check of such a task (``queue_capacity``); any other task fails or
+    fits alike in every queue (the job-level capacity check comes before, per job)."""
     fit_id = task.fit_id
     if fit_id < 0:
         job = task.job
+        per_queue = job is not None and task.gpu.kind is GpuKind.MEMORY
         spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity),
-                task.namespace, tuple(sorted(task.labels.items())), job.queue if job else "",
-                job.preemptible if job else True)
+                task.namespace, tuple(sorted(task.labels.items())), job.queue if per_queue and job else "",
+                job.preemptible if per_queue and job else True)
         ids = ssn.fit_ids
         fit_id = task.fit_id = ids.setdefault(spec, len(ids))
     return (fit_id, pipeline_only, explain)
