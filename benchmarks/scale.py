@@ -68,7 +68,14 @@ from benchmarks.clusters import (
     queue,
 )
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
+from kaisched.cluster.schedule import (
+    freeze_long_lived,
+    no_cyclic_gc,
+    prepare,
+    resolve_config,
+    run_prepared_cycle,
+    unfreeze_long_lived,
+)
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import Placement
 from kaisched.k8s import constants as C
@@ -408,8 +415,7 @@ class SteadyState:
         t0 = time.perf_counter()
         parsed = prepare(parse_objects(objects), cfg, alloc.NOW)
         prepare_s = time.perf_counter() - t0
-        gc.collect()
-        gc.freeze()
+        freeze_long_lived()
         memo = CycleMemo()
         cycles: list[SettleCycle] = []
 
@@ -441,7 +447,7 @@ class SteadyState:
         return census
 
     def close(self) -> None:
-        gc.unfreeze()
+        unfreeze_long_lived()
 
     def next_objects(self) -> ParsedObjects:
         """The objects of the next cycle: new lists (as the simulator builds them) of the same objects."""

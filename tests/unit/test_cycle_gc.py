@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import kaisched
-from kaisched.cluster.schedule import no_cyclic_gc
+from kaisched.cluster.schedule import freeze_long_lived, no_cyclic_gc, unfreeze_long_lived
 
 
 class Thing:
@@ -53,16 +53,29 @@ def test_cyclic_garbage_of_a_cycle_is_still_collected(clean_gc: None) -> None:
     assert ref() is None
 
 
-def test_a_callers_frozen_objects_stay_frozen(clean_gc: None) -> None:
+def test_a_callers_long_lived_objects_stay_frozen(clean_gc: None) -> None:
     long_lived = [Thing() for _ in range(100)]
-    gc.freeze()
-    frozen = gc.get_freeze_count()
-    with no_cyclic_gc():
-        new = Thing()
-    assert gc.get_freeze_count() == frozen  # the simulator's and Kubernetes mode's freeze is untouched
-    assert gc.isenabled()
-    assert _in_generation(new, 0)  # the collector's usual way: not promoted
+    freeze_long_lived()
+    try:
+        frozen = gc.get_freeze_count()
+        with no_cyclic_gc():
+            new = Thing()
+        assert gc.get_freeze_count() == frozen  # the simulator's and Kubernetes mode's freeze is untouched
+        assert gc.isenabled()
+        assert _in_generation(new, 0)  # the collector's usual way: not promoted
+    finally:
+        unfreeze_long_lived()
+    assert gc.get_freeze_count() == 0
     assert long_lived
+
+
+def test_objects_frozen_by_other_means_go_to_the_oldest_generation(clean_gc: None) -> None:
+    kept = Thing()
+    gc.freeze()
+    with no_cyclic_gc():
+        pass
+    assert gc.get_freeze_count() == 0
+    assert _in_generation(kept, 2)
 
 
 def test_a_disabled_collector_stays_disabled(clean_gc: None) -> None:

@@ -32,6 +32,28 @@ def resolve_config(config: SchedulerConfig | Mapping[str, Any] | None) -> Schedu
     return cfg
 
 
+#: callers keeping long-lived objects frozen (freeze_long_lived): no_cyclic_gc then leaves the frozen set alone
+_frozen_holders = 0
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the cyclic collector's reach (``gc.collect()``, ``gc.freeze()``):
+    later full collections scan only what is created afterwards. For callers that keep many objects for a
+    long time (the simulator's scenario, Kubernetes mode's initial lists); :func:`no_cyclic_gc` is told, so it
+    does not unfreeze them. Undo with :func:`unfreeze_long_lived`."""
+    global _frozen_holders
+    gc.collect()
+    gc.freeze()
+    _frozen_holders += 1
+
+
+def unfreeze_long_lived() -> None:
+    """Give the objects frozen by :func:`freeze_long_lived` back to the collector (``gc.unfreeze()``)."""
+    global _frozen_holders
+    _frozen_holders = max(_frozen_holders - 1, 0)
+    gc.unfreeze()
+
+
 @contextmanager
 def no_cyclic_gc() -> Iterator[None]:
     """Pause Python's cyclic garbage collector for one cycle.
@@ -44,8 +66,9 @@ def no_cyclic_gc() -> Iterator[None]:
     The survivors (a one-shot cycle's parsed objects and result: about a million objects at 5,000 nodes) are
     moved to the oldest generation at once, unscanned (``gc.freeze()`` then ``gc.unfreeze()``), instead of
     being left in the youngest, where the first allocation after the cycle would scan them all (0.2 s there)
-    only to find them alive and move them one generation up. Not done when the caller keeps objects frozen
-    (the simulator and Kubernetes mode freeze their long-lived objects): unfreezing would release those too.
+    only to find them alive and move them one generation up. Not done while a caller keeps objects frozen
+    (:func:`freeze_long_lived`): unfreezing would release those too. (Objects frozen by other means are
+    released into the oldest generation: still never freed early, only scanned by full collections again.)
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -53,7 +76,7 @@ def no_cyclic_gc() -> Iterator[None]:
         yield
     finally:
         if enabled:
-            if gc.get_freeze_count() == 0:
+            if not _frozen_holders:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()

@@ -15,7 +15,6 @@ predecessor are bound in its cache, and a second bind of one pod is refused by t
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import socket
@@ -28,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.schedule import no_cyclic_gc
+from kaisched.cluster.schedule import freeze_long_lived, no_cyclic_gc
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
@@ -201,8 +200,7 @@ class KubeScheduler:
             return 1
         log.info("caches synced", objects={k: len(i.store) for k, i in self.informers.items()})
         # the initial lists are long-lived: keep them out of every later full collection
-        gc.collect()
-        gc.freeze()
+        freeze_long_lived()
         while not self._leading.is_set():
             if self._stop.wait(0.1):
                 return 1 if self._lost.is_set() else 0
