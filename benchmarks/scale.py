@@ -67,15 +67,9 @@ from benchmarks.clusters import (
     pod_group,
     queue,
 )
+from kaisched.cluster import schedule as one_cycle
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.schedule import (
-    freeze_long_lived,
-    no_cyclic_gc,
-    prepare,
-    resolve_config,
-    run_prepared_cycle,
-    unfreeze_long_lived,
-)
+from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import Placement
 from kaisched.k8s import constants as C
@@ -415,7 +409,7 @@ class SteadyState:
         t0 = time.perf_counter()
         parsed = prepare(parse_objects(objects), cfg, alloc.NOW)
         prepare_s = time.perf_counter() - t0
-        freeze_long_lived()
+        one_cycle.freeze_long_lived()
         memo = CycleMemo()
         cycles: list[SettleCycle] = []
 
@@ -447,7 +441,7 @@ class SteadyState:
         return census
 
     def close(self) -> None:
-        unfreeze_long_lived()
+        one_cycle.unfreeze_long_lived()
 
     def next_objects(self) -> ParsedObjects:
         """The objects of the next cycle: new lists (as the simulator builds them) of the same objects."""

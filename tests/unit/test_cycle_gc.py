@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import kaisched
+from kaisched.cluster import schedule
 from kaisched.cluster.schedule import freeze_long_lived, no_cyclic_gc, unfreeze_long_lived
 
 
@@ -23,6 +24,7 @@ class Thing:
 def clean_gc() -> Iterator[None]:
     gc.collect()
     assert gc.get_freeze_count() == 0
+    assert schedule._frozen_holders == 0  # every freeze_long_lived of earlier tests was undone
     yield
     gc.unfreeze()
     gc.enable()

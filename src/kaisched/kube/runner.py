@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.schedule import freeze_long_lived, no_cyclic_gc
+from kaisched.cluster.schedule import freeze_long_lived, no_cyclic_gc, unfreeze_long_lived
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
@@ -199,8 +199,15 @@ class KubeScheduler:
             log.error("caches not synced", kinds=missing, timeout_s=o.sync_timeout)
             return 1
         log.info("caches synced", objects={k: len(i.store) for k, i in self.informers.items()})
-        # the initial lists are long-lived: keep them out of every later full collection
+        # the initial lists are long-lived: keep them out of every later full collection (until it stops)
         freeze_long_lived()
+        try:
+            return self._schedule_while_leading()
+        finally:
+            unfreeze_long_lived()
+
+    def _schedule_while_leading(self) -> int:
+        o = self.options
         while not self._leading.is_set():
             if self._stop.wait(0.1):
                 return 1 if self._lost.is_set() else 0
