@@ -171,8 +171,8 @@ def place_task(
     """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off).
 
     A task that failed while nothing changed since an identical task failed (same constraints and
-    requests, same queue, no placement or eviction in between) fails again without being evaluated; after a
-    few changes, only the nodes they touched are evaluated again (:func:`recheck_failure`)."""
+    requests — :func:`failure_key` —, no placement or eviction in between) fails again without being
+    evaluated; after a few changes, only the nodes they touched are evaluated again (:func:`recheck_failure`)."""
     for pre in ssn.pre_predicates:
         err = pre(task)
         if err is not None:
