@@ -153,6 +153,29 @@ def test_fast_paths_decide_as_the_plain_ones_on_a_busy_cluster(nodes: int) -> No
     busy_cluster_decides_alike(nodes, plain_paths)
 
 
+def test_failures_past_the_recheck_cap_keep_no_arrays_and_decide_alike() -> None:
+    """Only the first ``RECHECKABLE_FAILURES`` failed shapes of a session keep their per-node arrays; the others
+    are answered while nothing changes and evaluated in full after a change, with the same decisions."""
+    kept: list[int] = []
+    close = Session.close
+
+    def counting_close(self: Session) -> Any:
+        failures = [f for f in self.fit_failures.values() if isinstance(f, placement.FitFailure)]
+        kept.append(sum(1 for f in failures if f.recheckable))
+        assert all(f.codes is None and f.histogram is None for f in failures if not f.recheckable)
+        assert len(failures) > 3
+        return close(self)
+
+    @contextmanager
+    def small_cap() -> Iterator[None]:
+        with mock.patch.object(placement, "RECHECKABLE_FAILURES", 3), \
+                mock.patch.object(Session, "close", counting_close):
+            yield
+
+    busy_cluster_decides_alike(60, small_cap)
+    assert kept and max(kept) <= 3
+
+
 def test_preempt_with_no_lower_priority_work_orders_no_jobs() -> None:
     """Every pending and running job at one priority: preempt returns before building a job queue (and decides
     what popping and skipping every job decided)."""

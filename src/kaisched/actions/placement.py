@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -32,13 +32,16 @@ def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int3
     return FitHistogram.of(ssn, task, codes).text(ssn, task, codes)
 
 
+Bits = npt.NDArray[np.integer[Any]]
+
+
 class FitHistogram:
     """The counts behind a fit error: nodes per predicate reason, and per combination of lacking resources
     among the nodes every predicate passes (``bits``: per node, bit i set when it lacks ``names[i]``)."""
 
     __slots__ = ("bits", "by_code", "by_lacking", "names")
 
-    def __init__(self, by_code: Counter[str], names: list[str], bits: IntArray | None,
+    def __init__(self, by_code: Counter[str], names: list[str], bits: Bits | None,
                  by_lacking: dict[int, int]) -> None:
         self.by_code, self.names, self.bits, self.by_lacking = by_code, names, bits, by_lacking
 
@@ -53,19 +56,21 @@ class FitHistogram:
                 by_code[ssn.reason_text(code + 1)] += int(per_code[code + 1])
             open_nodes = codes == 0
         names: list[str] = []
-        bits = None
+        bits: Bits | None = None
         by_lacking: dict[int, int] = {}
         if len(nodes) and (open_nodes is None or open_nodes.any()):
             lacking = nodes.insufficient_for(task)
             if lacking:
                 # one bit per insufficient resource, counted per distinct combination
-                bits = np.zeros(len(nodes), dtype=np.int64)
+                every = np.zeros(len(nodes), dtype=np.int64)
                 for i, (_, mask) in enumerate(lacking):
-                    bits |= mask.astype(np.int64) << i
+                    every |= mask.astype(np.int64) << i
                 if open_nodes is not None:
-                    bits[~open_nodes] = 0
+                    every[~open_nodes] = 0
                 names = [name for name, _ in lacking]
-                per_value = np.bincount(bits, minlength=1)
+                per_value = np.bincount(every, minlength=1)
+                # kept as a byte per node when they fit (a histogram is kept per failed task shape)
+                bits = every.astype(np.uint8) if len(lacking) <= 8 else every
                 by_lacking = {v + 1: int(per_value[v + 1]) for v in np.flatnonzero(per_value[1:]).tolist()}
         return cls(by_code, names, bits, by_lacking)
 
@@ -156,12 +161,24 @@ Codes = npt.NDArray[np.int32]
 
 class FitFailure:
     """A task shape that found no node at ``version`` of the accounting: its fit error (``detail``; "" when not
-    explained), the predicates' codes then and, when explained, the histogram the text was made from."""
+    explained), the predicates' codes then and, when explained, the histogram the text was made from.
+    ``recheckable``: codes and histogram kept (:func:`recheck_failure` may bring it up to date)."""
 
-    __slots__ = ("codes", "detail", "histogram", "version")
+    __slots__ = ("codes", "detail", "histogram", "recheckable", "version")
 
     def __init__(self, version: int, detail: str, codes: Codes | None, histogram: FitHistogram | None) -> None:
         self.version, self.detail, self.codes, self.histogram = version, detail, codes, histogram
+        self.recheckable = True
+
+    def forget_arrays(self) -> None:
+        """Keep the fit error only (a node-sized array or two less): answered while nothing changes."""
+        self.codes = self.histogram = None
+        self.recheckable = False
+
+
+#: failures of this many task shapes per session keep what a recheck needs (their per-node arrays: some 25 KB
+#: each at 5,000 nodes); the others are remembered as their fit error only
+RECHECKABLE_FAILURES = 1024
 
 
 def place_task(
@@ -178,6 +195,7 @@ def place_task(
         if err is not None:
             return err.message
     cache_key = failure_key(ssn, task, pipeline_only, explain) if node_mask is None else None
+    known: FitFailure | None = None
     if cache_key is not None:
         known = cast(FitFailure | None, ssn.fit_failures.get(cache_key))
         if known is not None and (known.version == ssn.nodes.version or recheck_failure(ssn, task, known)):
@@ -186,7 +204,11 @@ def place_task(
     if failure is None:
         return None
     if cache_key is not None:
-        ssn.fit_failures[cache_key] = failure
+        failures = ssn.fit_failures
+        # the first RECHECKABLE_FAILURES shapes of the session keep their arrays, the others never do
+        if not known.recheckable if known is not None else len(failures) >= RECHECKABLE_FAILURES:
+            failure.forget_arrays()
+        failures[cache_key] = failure
     return failure.detail
 
 
@@ -197,8 +219,8 @@ def recheck_failure(ssn: Session, task: TaskInfo, known: FitFailure) -> bool:
     False when it may fit now, or when too much changed to tell cheaply: the caller evaluates every node."""
     nodes = ssn.nodes
     histogram = known.histogram
-    if histogram is not None and ssn.params.detailed_fit_errors:  # a line per node: evaluated anew
-        return False
+    if not known.recheckable or (histogram is not None and ssn.params.detailed_fit_errors):
+        return False  # (detailed fit errors: a line per node, evaluated anew)
     changed = nodes.changed_since(known.version, limit=max(len(nodes) // RECHECK_SHARE, RECHECK_LEAST))
     if changed is None:
         return False
