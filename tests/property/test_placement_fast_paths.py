@@ -6,8 +6,9 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
   nodes only (``NodeTable.new_devices``);
 * "fits on idle resources" computed on the candidate nodes only (``NodeTable.fits_task_at``);
 * the fit-error histogram counted with ``bincount`` (the plain version: ``np.unique``);
-* failure keys numbered once per session and shared by the queues (``placement.failure_key``; the plain
-  version: the task's whole spec, its queue and preemptibility included, built on every call);
+* failure keys numbered once per session and shared by the queues, and by pods of other labels where no
+  anti-affinity reads them (``placement.failure_key``; the plain version: the task's whole spec — queue,
+  preemptibility, labels and namespace included — built on every call);
 * a failed task shape checked again on the nodes changed since it failed, its histogram counted anew there
   (``placement.recheck_failure``; the plain version: every node evaluated, the histogram counted afresh);
 * the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);

@@ -350,6 +350,40 @@ def test_fit_error_histogram_of_a_shape_that_failed_before_counts_the_nodes_chan
         "1 node(s) didn't have enough resources: GPUs, CPU cores.")
 
 
+def test_a_pods_labels_decide_its_fit_only_where_some_anti_affinity_reads_them():
+    """A running pod's required anti-affinity keeps app=web off its node: a web job fails there, and the
+    failure is not reused for a db job of the same shape (its labels are part of the failure key then)."""
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [pod_term({"app": "web"})]}}
+    result = run(node("a", 2), node("b", 1), queue("q"),
+                 other_running("guard", "a", gpus=1, affinity=anti), other_running("full", "b", gpus=1),
+                 job("j1-web", 1, gpus=1, labels={"app": "web"}, created="2024-01-01T00:00:00Z"),
+                 job("j2-db", 1, gpus=1, labels={"app": "db"}, created="2024-01-01T00:00:01Z"))
+    assert binds(result) == {"default/j2-db-0": "a"}
+    assert "didn't satisfy existing pods anti-affinity rules" in status(result, "j1-web").message
+
+
+def test_per_job_labels_share_a_failure_when_no_pod_selects_by_labels():
+    """Without any (anti-)affinity in the session, jobs that differ only in their labels are one task shape:
+    once one failed, the others fail from the cache (one full evaluation for all of them)."""
+    from unittest import mock
+
+    from kaisched.actions import placement
+
+    evaluated: list[str] = []
+    original = placement._place
+
+    def counting(ssn, task, *args, **kwargs):
+        evaluated.append(task.key)
+        return original(ssn, task, *args, **kwargs)
+
+    with mock.patch.object(placement, "_place", counting):
+        result = run(node("a", 1), queue("q"), other_running("full", "a", gpus=1),
+                     *(job(f"j{i}", 1, gpus=1, labels={"job-name": f"j{i}"}) for i in range(5)))
+    assert binds(result) == {}
+    assert len(evaluated) == 1
+    assert all("didn't have enough resources: GPUs" in status(result, f"j{i}").message for i in range(5))
+
+
 def test_max_node_resources_message_matches_kai():
     _, message = place([node("a", 8, cpu=64)], gpus=16)
     assert "The pod default/p-0 requires " in message

@@ -253,14 +253,19 @@ def failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool
 
     The queue and the job's preemptibility are part of it only for a gpu-memory task: the one predicate that
     reads them is the per-node capacity check of such a task (``queue_capacity``); any other task fails or
-    fits alike in every queue (the job-level capacity check comes before, per job)."""
+    fits alike in every queue (the job-level capacity check comes before, per job). The pod's labels and
+    namespace are part of it only when it has affinity terms of its own or some pod of the session has a
+    required anti-affinity (``Session.labels_constrain_placement``): the inter-pod affinity predicate is the
+    one that reads them (per-job labels would otherwise make every job a shape of its own)."""
     fit_id = task.fit_id
     if fit_id < 0:
         job = task.job
         per_queue = job is not None and task.gpu.kind is GpuKind.MEMORY
-        spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(task.pod.affinity),
-                task.namespace, tuple(sorted(task.labels.items())), job.queue if per_queue and job else "",
-                job.preemptible if per_queue and job else True)
+        affinity = task.pod.affinity
+        by_labels = affinity is not None or ssn.labels_constrain_placement
+        spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(affinity),
+                task.namespace if by_labels else "", tuple(sorted(task.labels.items())) if by_labels else (),
+                job.queue if per_queue and job else "", job.preemptible if per_queue and job else True)
         ids = ssn.fit_ids
         fit_id = task.fit_id = ids.setdefault(spec, len(ids))
     return (fit_id, pipeline_only, explain)

@@ -84,6 +84,9 @@ class Session:
         self.gpu_order_fns: list[GpuOrderFn] = []
         # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
         self.task_node_capacity_check: Predicate | None = None
+        # some pod's required anti-affinity may select other pods by their labels and namespace (set by the
+        # predicates plugin): only then do a pod's labels and namespace decide where it fits
+        self.labels_constrain_placement = False
         # topology (spec 9.4): node sets for a constrained (sub)group, and the scores of the set being tried
         self.subset_nodes: SubsetNodes | None = None
         self.topology_scores: npt.NDArray[np.float64] | None = None

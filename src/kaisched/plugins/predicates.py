@@ -163,6 +163,7 @@ class PredicatesPlugin(Plugin):
             if t.pod.affinity is not None and t.pod.affinity.pod_anti_affinity is not None
             and t.pod.affinity.pod_anti_affinity.required
         ]
+        ssn.labels_constrain_placement = bool(self._anti_affinity_pods)
         # largest node per resource for the max-node-resources pre-check
         self._max_alloc = ssn.nodes.allocatable.max(axis=1) if n else np.zeros(len(ssn.snapshot.resources))
         ssn.pre_predicates.append(self.max_node_resources)
