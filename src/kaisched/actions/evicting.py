@@ -25,9 +25,16 @@ SignatureKey = tuple[str, tuple[object, ...]]  # (queue, signature)
 def signature(job: PodGroupInfo) -> tuple[object, ...]:
     """KAI's scheduling-constraints signature (spec 4.9 step 8), for the job's pods not yet placed:
     node selector, node affinity, tolerations, priority and host ports of each pod set."""
+    pod_sets = job.pod_sets
+    if len(pod_sets) == 1:  # (most jobs)
+        name, ps = next(iter(pod_sets.items()))
+        pods = [_constraints(t) for t in ps.tasks if t.status is TaskStatus.PENDING]
+        if len(pods) > 1:
+            pods.sort()
+        return (job.priority, (name, tuple(pods)))
     out: list[object] = [job.priority]
-    for name in sorted(job.pod_sets):
-        pods = sorted(_constraints(t) for t in job.pod_sets[name].tasks if t.status is TaskStatus.PENDING)
+    for name in sorted(pod_sets):
+        pods = sorted(_constraints(t) for t in pod_sets[name].tasks if t.status is TaskStatus.PENDING)
         out.append((name, tuple(pods)))
     return tuple(out)
 

@@ -313,12 +313,12 @@ def _place(
     if len(indices) == 1:
         best = 0
     else:
-        scores = np.zeros(len(indices))
+        scores = None  # (0 + the first score is that score: the sum starts there)
         for scorer in ssn.node_scorers:
             score = scorer(task, cands)
             if score is not None:
-                scores += score
-        best = int(np.argmax(scores))  # first maximum: the smallest node name among ties
+                scores = score if scores is None else scores + score
+        best = int(np.argmax(scores)) if scores is not None else 0  # first maximum: the smallest node name
     node = int(indices[best])
     if task.gpu.shared:
         choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=pipeline_only)

@@ -269,8 +269,9 @@ class ProportionPlugin(Plugin):
         if key is None:
             if len(keys) >= ORDER_KEY_MEMO_SIZE:
                 keys.clear()
-            with_job = [allocated[r] + extra[r] for r in range(3)]
-            key = keys[memo] = self._remembered_order_key(q, allocated, with_job, allocated)
+            with_job = [allocated[0] + extra[0], allocated[1] + extra[1], allocated[2] + extra[2]]
+            # (not through _remembered_order_key: amounts new to this memo are nearly always new to that one)
+            key = keys[memo] = self._order_key(q, allocated, with_job, allocated)
         return key
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
