@@ -247,8 +247,13 @@ class EvictingAction(Action):
         """The job's next tasks fit on idle or releasing resources as things are (tried, then undone).
 
         Remembered per shape of the tasks (everything a task's fit depends on, ``placement.failure_key``)
-        until a statement commits. Jobs with a topology constraint are always tried."""
+        until a statement commits. The job-level capacity check comes first, uncached: it reads the job's
+        queue and preemptibility, which the shapes leave out. Jobs with a topology constraint are always
+        tried."""
         tasks = ssn.tasks_to_allocate(job)
+        check = ssn.job_capacity_check
+        if tasks and check is not None and check(job, tasks) is not None:
+            return False  # (what allocate_job answers at once)
         fits_of = self.shared(ssn).fits
         key: tuple[object, ...] | None = None
         if not job.has_topology:
