@@ -245,3 +245,58 @@ def test_the_job_queue_pops_as_with_one_heap_per_leaf(seed: int) -> None:
             fast.push(a)
             plain.push(a)
     assert len(popped) > len(jobs)  # every job, and the pushed-back ones again
+
+
+def _shared_key_cluster(seed: int) -> list[dict[str, Any]]:
+    """Queues with and without limits (one whose jobs are non-preemptible), pods of one shape in every queue,
+    per-job labels, gpu-memory pods on nodes with known GPU memory and, in half the clusters, running pods with
+    a required anti-affinity: everything the shared failure keys leave out or keep in."""
+    from tests.unit.builders import node, pod, pod_group, queue
+
+    rng = random.Random(seed)
+    objs: list[dict[str, Any]] = []
+    for i in range(4):
+        objs.append(node(f"n{i}", 4, labels={"nvidia.com/gpu.memory": "16000", "kubernetes.io/hostname": f"n{i}"}))
+    names = ["capped", "open", "strict"]
+    objs.append(queue("capped", gpu=2, gpu_limit=3))
+    objs.append(queue("open", gpu=4))
+    objs.append(queue("strict", gpu=2, gpu_limit=6))
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    guarded = seed % 2 == 0
+    free = [4, 4, 4, 4]
+    for i in range(rng.randint(5, 9)):  # running work, preemptible, most of it in the open queue
+        gpus = rng.choice([1, 2])
+        n = rng.choice([k for k in range(4) if free[k] >= gpus] or [-1])
+        if n < 0:
+            break
+        free[n] -= gpus
+        objs.append(pod_group(f"r{i}", queue=rng.choice(["open", "open", "capped"]), priority_class="train"))
+        objs.append(pod(f"r{i}-0", group=f"r{i}", gpus=gpus, node=f"n{n}", deleting=rng.random() < 0.15,
+                        affinity=anti if guarded and i == 0 else None, labels={"app": rng.choice(["web", "db"])}))
+    for i in range(rng.randint(8, 16)):  # pending work, a few shapes shared by every queue
+        q = rng.choice(names)
+        group = f"p{i}"
+        objs.append(pod_group(group, queue=q, priority_class="build" if q == "strict" else "train",
+                              created=f"2024-01-01T00:00:{i:02d}Z"))
+        p = pod(f"{group}-0", group=group, gpus=0 if (memory := rng.random() < 0.3) else rng.choice([1, 2]),
+                labels={"job-name": group, "app": rng.choice(["web", "db"])})
+        if memory:
+            p["metadata"]["annotations"]["gpu-memory"] = str(rng.choice([4000, 8000]))
+        objs.append(p)
+    return objs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_shared_failure_keys_decide_as_the_whole_spec(seed: int) -> None:
+    """The failure keys that leave the queue, preemptibility, labels and namespace out where nothing reads them
+    decide every action exactly as the whole spec does."""
+    import kaisched
+
+    objs = _shared_key_cluster(seed)
+    fast = kaisched.schedule(objs, None, NOW)
+    with mock.patch.object(placement, "failure_key", _plain_failure_key), \
+            mock.patch.object(evicting, "failure_key", _plain_failure_key):
+        plain = kaisched.schedule(objs, None, NOW)
+    assert fast.errors == []
+    assert fast.to_dict() == plain.to_dict()
