@@ -39,6 +39,7 @@ from kaisched.actions.job_queue import Entry, JobsQueue
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.session import Session
 from kaisched.k8s.parse import parse_objects
+from kaisched.model.gpu import GpuKind
 from kaisched.model.job import PodGroupInfo
 from kaisched.model.node import IntArray, NodeTable
 from kaisched.model.snapshot import build_snapshot
@@ -72,7 +73,12 @@ def _plain_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] 
     else:
         open_nodes = np.ones(len(nodes), dtype=np.bool_)
     if open_nodes.any():
-        lacking = nodes.insufficient_for(task)
+        avail = nodes.idle + nodes.releasing
+        lacking = [(nodes.resources.describe(int(r)), avail[r] < task.req[r] - 1e-9)
+                   for r in np.flatnonzero(task.req > 0)]
+        if task.gpu.shared:
+            lacking.append(("GPU memory" if task.gpu.kind is GpuKind.MEMORY else "GPUs",
+                            ~nodes.shared_gpu_fit(task, with_releasing=True)))
         if lacking:
             bits = np.zeros(int(open_nodes.sum()), dtype=np.int64)
             for i, (_, mask) in enumerate(lacking):

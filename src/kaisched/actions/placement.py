@@ -59,25 +59,22 @@ class FitHistogram:
         bits: Bits | None = None
         by_lacking: dict[int, int] = {}
         if len(nodes) and (open_nodes is None or open_nodes.any()):
-            lacking = nodes.insufficient_for(task)
-            if lacking:
+            names = nodes.lacking_names(task)
+            if names:
                 # one bit per insufficient resource, counted per distinct combination
-                every = np.zeros(len(nodes), dtype=np.int64)
-                for i, (_, mask) in enumerate(lacking):
-                    every |= mask.astype(np.int64) << i
+                every = nodes.lacking(task)
                 if open_nodes is not None:
                     every[~open_nodes] = 0
-                names = [name for name, _ in lacking]
                 per_value = np.bincount(every, minlength=1)
                 # kept as a byte per node when they fit (a histogram is kept per failed task shape)
-                bits = every.astype(np.uint8) if len(lacking) <= 8 else every
+                bits = every.astype(np.uint8) if len(names) <= 8 else every
                 by_lacking = {v + 1: int(per_value[v + 1]) for v in np.flatnonzero(per_value[1:]).tolist()}
         return cls(by_code, names, bits, by_lacking)
 
     def still_failing(self, nodes: NodeTable, task: TaskInfo, at: IntArray) -> bool:
         """Count the nodes ``at`` (every predicate passes them; their accounting changed) anew; False, with
         nothing changed, when the task fits on one of them now."""
-        new = nodes.lacking_at(task, at)
+        new = nodes.lacking(task, at)
         if not new.all():
             return False
         bits, counts = self.bits, self.by_lacking

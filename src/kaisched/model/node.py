@@ -269,13 +269,6 @@ class NodeTable:
         out: BoolArray = np.logical_and.reduce(avail >= ((req if every_row else req[rows]) - 1e-9)[:, None], axis=0)
         return out
 
-    def insufficient(self, req: Vector, *, with_releasing: bool = True) -> list[tuple[int, BoolArray]]:
-        """Per requested resource, the mask of nodes that lack it (for fit-error histograms)."""
-        out: list[tuple[int, BoolArray]] = []
-        for r in np.flatnonzero(req > 0):
-            out.append((int(r), self.available(with_releasing=with_releasing)[r] < req[r] - 1e-9))
-        return out
-
     # ---- shared GPUs (spec 7.2) -----------------------------------------------------------------------
     def new_gpu_slots(self, task: TaskInfo, *, with_releasing: bool, at: IntArray | None = None
                       ) -> tuple[IntArray, IntArray]:
@@ -365,26 +358,30 @@ class NodeTable:
             out &= self.shared_gpu_fit(task, with_releasing=with_releasing, at=indices)
         return out
 
-    def lacking_at(self, task: TaskInfo, indices: IntArray) -> IntArray:
-        """Per node of ``indices``: bit i set when it lacks the i-th resource :meth:`insufficient_for` names."""
+    def lacking_names(self, task: TaskInfo) -> list[str]:
+        """The resources a task asks for, as KAI names them in fit errors, in the order of :meth:`lacking`'s
+        bits: each requested resource, then its shared devices (GPUs, or GPU memory)."""
+        names = [self.resources.describe(int(r)) for r in np.flatnonzero(task.req > 0)]
+        if task.gpu.shared:
+            names.append("GPU memory" if task.gpu.kind is GpuKind.MEMORY else "GPUs")
+        return names
+
+    def lacking(self, task: TaskInfo, at: IntArray | None = None) -> IntArray:
+        """Per node (of ``at``, when given): bit i set when, even with releasing resources, it lacks the i-th
+        of :meth:`lacking_names` (0: the task fits there by resources)."""
         rows = np.flatnonzero(task.req > 0)
-        avail = self.idle[np.ix_(rows, indices)]
-        if self.any_releasing:
-            avail = avail + self.releasing[np.ix_(rows, indices)]
+        if at is None:
+            avail = self.available(with_releasing=True)[rows]
+        else:
+            avail = self.idle[np.ix_(rows, at)]
+            if self.any_releasing:
+                avail = avail + self.releasing[np.ix_(rows, at)]
         below = avail < (task.req[rows] - 1e-9)[:, None]
         bits: IntArray = (below.astype(np.int64) << np.arange(len(rows), dtype=np.int64)[:, None]).sum(axis=0)
         if task.gpu.shared:
-            no_devices = ~self.shared_gpu_fit(task, with_releasing=True, at=indices)
+            no_devices = ~self.shared_gpu_fit(task, with_releasing=True, at=at)
             bits |= no_devices.astype(np.int64) << len(rows)
         return bits
-
-    def insufficient_for(self, task: TaskInfo) -> list[tuple[str, BoolArray]]:
-        """Per lacking resource (KAI's name for it), the nodes that lack it even with releasing resources."""
-        out = [(self.resources.describe(r), mask) for r, mask in self.insufficient(task.req)]
-        if task.gpu.shared:
-            name = "GPU memory" if task.gpu.kind is GpuKind.MEMORY else "GPUs"
-            out.append((name, ~self.shared_gpu_fit(task, with_releasing=True)))
-        return out
 
     def choose_gpus(self, task: TaskInfo, node: int, order_fns: list[GpuOrderFn], *, pipeline_only: bool
                     ) -> GpuChoice | None:
