@@ -55,6 +55,16 @@ def unfreeze_long_lived() -> None:
 
 
 @contextmanager
+def long_lived_frozen() -> Iterator[None]:
+    """:func:`freeze_long_lived` for the block (the simulator's run, Kubernetes mode's scheduling loop)."""
+    freeze_long_lived()
+    try:
+        yield
+    finally:
+        unfreeze_long_lived()
+
+
+@contextmanager
 def no_cyclic_gc() -> Iterator[None]:
     """Pause Python's cyclic garbage collector for one cycle.
 

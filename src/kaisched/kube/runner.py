@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.schedule import freeze_long_lived, no_cyclic_gc, unfreeze_long_lived
+from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
@@ -200,11 +200,8 @@ class KubeScheduler:
             return 1
         log.info("caches synced", objects={k: len(i.store) for k, i in self.informers.items()})
         # the initial lists are long-lived: keep them out of every later full collection (until it stops)
-        freeze_long_lived()
-        try:
+        with long_lived_frozen():
             return self._schedule_while_leading()
-        finally:
-            unfreeze_long_lived()
 
     def _schedule_while_leading(self) -> int:
         o = self.options

@@ -28,14 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from kaisched.cluster.schedule import (
-    freeze_long_lived,
-    no_cyclic_gc,
-    prepare,
-    resolve_config,
-    run_prepared_cycle,
-    unfreeze_long_lived,
-)
+from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult, Placement, PodGroupStatus
 from kaisched.k8s import constants as C
@@ -110,11 +103,8 @@ class Simulator:
         """Run to the end. The scenario's objects (every arrival's manifests: a trace of 100,000 jobs is
         millions of dicts) are frozen out of the collector's reach meanwhile: full collections then scan
         only the simulation's own state (gc.freeze; unfrozen when the run ends)."""
-        freeze_long_lived()
-        try:
+        with long_lived_frozen():
             return self._run()
-        finally:
-            unfreeze_long_lived()
 
     def _run(self) -> SimResult:
         wall = time.perf_counter()
