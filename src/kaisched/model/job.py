@@ -80,10 +80,11 @@ class PodGroupInfo:
     version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
     root: SubGroupSet = field(default_factory=lambda: SubGroupSet(""))  # the subgroup tree (spec 9.5)
     has_topology: bool = False  # some (sub)group of it has a topology constraint
-    # (version, has_pending(), is_ready(), may_be_victim()), read off the tasks in one pass (see _summary):
+    # (version, has_pending(), is_ready(), may_be_victim(), is_stale()), read off the tasks in one pass (see _summary):
     # every status change bumps the version; not copied by ``replace`` (a view of the job with other pod sets
     # starts afresh)
-    _status_summary: tuple[int, bool, bool, bool] = field(default=(-1, False, False, False), init=False, repr=False)
+    _status_summary: tuple[int, bool, bool, bool, bool] = field(default=(-1, False, False, False, False), init=False,
+                                                                repr=False)
     key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
     def __post_init__(self) -> None:
@@ -108,21 +109,8 @@ class PodGroupInfo:
         return any(ps.min_available < len(ps.tasks) for ps in self.pod_sets.values())
 
     def is_stale(self) -> bool:
-        """Some pod holds resources but a pod set has fewer than its minimum, and none has succeeded (one
-        pass over the tasks: asked of every job every cycle)."""
-        used_any = False
-        short = False
-        for ps in self.pod_sets.values():
-            used = 0
-            for t in ps.tasks:
-                status = t.status
-                if status is TaskStatus.SUCCEEDED:
-                    return False
-                if status in ACTIVE_USED:
-                    used += 1
-            used_any = used_any or used > 0
-            short = short or used < ps.min_available
-        return used_any and short
+        """Some pod holds resources but a pod set has fewer than its minimum, and none has succeeded."""
+        return self._summary()[4]
 
     def has_pending(self) -> bool:
         return self._summary()[1]
@@ -132,29 +120,36 @@ class PodGroupInfo:
         job whose bind is in flight is left alone rather than cut below its minimum or undone at once)."""
         return self._summary()[3]
 
-    def _summary(self) -> tuple[int, bool, bool, bool]:
+    def _summary(self) -> tuple[int, bool, bool, bool, bool]:
         """What every action asks of every job, from its tasks' statuses: (version, has a pending pod, ready,
-        may be a victim); computed once per version."""
+        may be a victim, stale); computed once per version."""
         known = self._status_summary
         if known[0] == self.version:
             return known
-        pending = binding = settled = False
+        pending = binding = settled = succeeded = used_any = short = False
         ready = True
         for ps in self.pod_sets.values():
-            alive = 0
+            alive = used = 0
             for t in ps.tasks:
                 status = t.status
                 if status is TaskStatus.PENDING:
                     pending = True
                 elif status is TaskStatus.BINDING:
                     binding = True
+                elif status is TaskStatus.SUCCEEDED:
+                    succeeded = True
                 if status in ALIVE and status is not TaskStatus.GATED:
                     alive += 1
+                if status in ACTIVE_USED:
+                    used += 1
                 if status in ACTIVE_ALLOCATED and status is not TaskStatus.BINDING:  # TaskInfo.is_settled_active
                     settled = True
             if alive < ps.min_available:
                 ready = False
-        known = self._status_summary = (self.version, pending, ready, settled and not binding)
+            used_any = used_any or used > 0
+            short = short or used < ps.min_available
+        known = self._status_summary = (self.version, pending, ready, settled and not binding,
+                                        used_any and short and not succeeded)
         return known
 
     def has_allocated(self) -> bool:
