@@ -53,10 +53,25 @@ class PodFacts:
     def vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
         """A fresh copy of the pod's request vector in ``resources`` order (``names`` = its names), pods: 1."""
         if self._vector is None or self._vector_names != names:
-            v = resources.vector(self.requests)
-            v[PODS] = 1.0
-            self._vector, self._vector_names = v, names
+            self._vector, self._vector_names = _request_vector(resources, names, self.requests), names
         return self._vector.copy()
+
+
+#: request vectors (never mutated: pods get copies) by resource names and requests; pods of one workload ask alike
+_VECTORS: dict[tuple[tuple[str, ...], tuple[tuple[str, float], ...]], Vector] = {}
+_VECTORS_MAX = 4096
+
+
+def _request_vector(resources: ResourceIndex, names: tuple[str, ...], requests: dict[str, float]) -> Vector:
+    key = (names, tuple(requests.items()))
+    v = _VECTORS.get(key)
+    if v is None:
+        v = resources.vector(requests)
+        v[PODS] = 1.0
+        if len(_VECTORS) >= _VECTORS_MAX:
+            _VECTORS.clear()
+        _VECTORS[key] = v
+    return v
 
 
 _CACHE: dict[int, PodFacts] = {}  # by Pod identity; entries are checked against the pod, so races only miss
@@ -68,17 +83,24 @@ def pod_facts(pod: Pod) -> PodFacts:
     if f is not None and f.pod is pod:
         return f
     requests = pod.requests
-    na = pod.affinity.node_affinity if pod.affinity else None
+    affinity = pod.affinity
+    meta = pod.meta
+    selector = pod.node_selector
+    host_ports = pod.host_ports
+    key = f"{meta.namespace}/{meta.name}"
     f = PodFacts(
         pod=pod,
         requests=requests,
-        extended=tuple(n for n in requests if n not in _BASE_RESOURCES),
-        host_ports=tuple((p.protocol or "TCP", p.host_port, p.host_ip or "0.0.0.0") for p in pod.host_ports),
-        signature=(tuple(sorted(pod.node_selector.items())), repr(na), pod.tolerations),
+        extended=() if _BASE_RESOURCES.issuperset(requests) else tuple(n for n in requests
+                                                                         if n not in _BASE_RESOURCES),
+        host_ports=tuple((p.protocol or "TCP", p.host_port, p.host_ip or "0.0.0.0") for p in host_ports)
+        if host_ports else (),
+        signature=(tuple(sorted(selector.items())) if selector else (),
+                   repr(affinity.node_affinity) if affinity else "None", pod.tolerations),
         task_priority=_task_priority(pod),
-        uid=pod.meta.uid or f"{pod.meta.namespace}/{pod.meta.name}",
-        key=f"{pod.meta.namespace}/{pod.meta.name}",
-        group_name=pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION),
+        uid=meta.uid or key,
+        key=key,
+        group_name=meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION),
     )
     _CACHE[id(pod)] = f
     return f

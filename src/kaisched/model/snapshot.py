@@ -434,15 +434,17 @@ class SnapshotBuilder:
         else:
             preemptible = priority < C.NON_PREEMPTIBLE_PRIORITY_THRESHOLD
         facts = _pod_group_facts(pg)
-        self.errors.extend(facts.errors)
+        if facts.errors:
+            self.errors.extend(facts.errors)
+        pod_sets: dict[str, PodSetInfo] = {}
+        root = self._sub_group_tree(pg, pod_sets, facts.root_constraint)
         info = PodGroupInfo(
             name=meta.name, namespace=meta.namespace, uid=meta.uid or f"{meta.namespace}/{meta.name}",
             queue=pg.queue, priority=priority, preemptible=preemptible,
-            creation=_ts(meta.creation_timestamp, self.now), pod_group=pg,
-            last_start=facts.last_start, stale_since=facts.stale_since,
+            creation=_ts(meta.creation_timestamp, self.now), pod_group=pg, pod_sets=pod_sets,
+            last_start=facts.last_start, stale_since=facts.stale_since, root=root,
+            has_topology=root.has_constraint(pod_sets),
         )
-        info.root = self._sub_group_tree(pg, info, facts.root_constraint)
-        info.has_topology = info.root.has_constraint(info.pod_sets)
         queue = tree.queues.get(pg.queue)
         if queue is not None and queue.is_leaf and pg.queue not in dropped:  # (most jobs)
             return info
@@ -463,16 +465,16 @@ class SnapshotBuilder:
         return info
 
     @staticmethod
-    def _sub_group_tree(pg: PodGroup, info: PodGroupInfo, root_constraint: TopologyConstraint | None) -> SubGroupSet:
+    def _sub_group_tree(pg: PodGroup, pod_sets: dict[str, PodSetInfo],
+                        root_constraint: TopologyConstraint | None) -> SubGroupSet:
         """The subgroup tree (spec 2.2, 9.5): subgroups named as a parent are sets (their minMember is
         ignored, every child is required), the others are pod sets with ``max(minMember, 1)``; the root
         is the PodGroup with its topology constraint (``spec.topologyConstraint``, else the top owner's
-        ``kai.scheduler/topology*`` annotations copied onto the PodGroup)."""
-        root = SubGroupSet("", root_constraint)
+        ``kai.scheduler/topology*`` annotations copied onto the PodGroup). The pod sets go to ``pod_sets``."""
         if not pg.sub_groups:
-            info.pod_sets["default"] = PodSetInfo("default", max(pg.min_member, 1))
-            root.pod_sets.append("default")
-            return root
+            pod_sets["default"] = PodSetInfo("default", max(pg.min_member, 1))
+            return SubGroupSet("", root_constraint, [], ["default"])
+        root = SubGroupSet("", root_constraint)
         children: dict[str | None, list[SubGroup]] = {}
         for sg in pg.sub_groups:
             children.setdefault(sg.parent.lower() if sg.parent else None, []).append(sg)
@@ -488,7 +490,7 @@ class SnapshotBuilder:
                     node.children.append(child)
                     build(child, sg.name, seen | {sg.name})
                 else:
-                    info.pod_sets[sg.name] = PodSetInfo(sg.name, max(sg.min_member, 1), constraint=constraint)
+                    pod_sets[sg.name] = PodSetInfo(sg.name, max(sg.min_member, 1), constraint=constraint)
                     node.pod_sets.append(sg.name)
 
         build(root, None, frozenset())
