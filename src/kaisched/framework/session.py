@@ -177,7 +177,10 @@ class Session:
 
     # ---- ordering -----------------------------------------------------------------------------------
     def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
-        return (*(fn(job) for fn in self.job_order_keys), job.creation, job.uid)
+        fns = self.job_order_keys
+        if len(fns) == 2:  # (KAI's default plugins: priority, elastic) the same tuple without a generator
+            return (fns[0](job), fns[1](job), job.creation, job.uid)
+        return (*(fn(job) for fn in fns), job.creation, job.uid)
 
     def cached_job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
         """:meth:`job_order_key`, cached until one of the job's tasks changes (``job.version``)."""
@@ -334,8 +337,9 @@ class Session:
         return out
 
     def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str]) -> PodGroupStatus | None:
-        tasks = job.tasks
-        statuses = {t.status for t in tasks}
+        pod_sets = job.pod_sets
+        tasks = next(iter(pod_sets.values())).tasks if len(pod_sets) == 1 else job.tasks  # (most jobs: one set)
+        statuses = {tasks[0].status} if len(tasks) == 1 else {t.status for t in tasks}
         if tasks and statuses.isdisjoint(ALIVE) and TaskStatus.RELEASING not in statuses:
             return None  # finished: every pod succeeded or failed
         has_pending = TaskStatus.PENDING in statuses or TaskStatus.GATED in statuses

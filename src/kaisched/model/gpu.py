@@ -21,7 +21,7 @@ import enum
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import Pod
@@ -53,6 +53,15 @@ class GpuRequest:
     mig_gpus: float = 0.0  # MIG: sum over profiles of g x count
     mps: bool = False
     container: str = ""  # the container that receives the shared GPU ("" = the first)
+    # the hash of the fields above, computed once (requests key the placement caches, asked per task placed)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.kind, self.count, self.portion, self.memory_mib,
+                                                self.mig_gpus, self.mps, self.container)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def shared(self) -> bool:

@@ -153,6 +153,10 @@ class PodGroupInfo:
         return known
 
     def has_allocated(self) -> bool:
+        if len(self.pod_sets) == 1:
+            tasks = next(iter(self.pod_sets.values())).tasks
+            if len(tasks) == 1:  # (most jobs: one pod) without a generator
+                return tasks[0].status in ALLOCATED
         return any(t.status in ALLOCATED for ps in self.pod_sets.values() for t in ps.tasks)
 
     def elastic_rank(self) -> int:
