@@ -20,7 +20,10 @@ class PodSetInfo:
     constraint: TopologyConstraint | None = None  # its own topology constraint (spec 9.2)
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
-        return sum(1 for t in self.tasks if t.status in statuses)
+        tasks = self.tasks
+        if len(tasks) == 1:  # (most pod sets) without a generator
+            return 1 if tasks[0].status in statuses else 0
+        return sum(1 for t in tasks if t.status in statuses)
 
     @property
     def active_allocated(self) -> int:
