@@ -100,3 +100,42 @@ def test_schedule_leaves_the_collector_as_it_found_it(clean_gc: None) -> None:
     ])
     assert [b.pod for b in result.binds] == ["default/p"]
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+@pytest.mark.interpreted
+def test_a_discarded_session_is_freed_by_reference_counting(clean_gc: None) -> None:
+    """Session.discard names every reference back to the session (plugins, their hooks, the eviction state)
+    and from tasks to jobs: with the collector off, dropping the session frees it, its plugins, jobs and tasks."""
+    from kaisched.actions.registry import build_actions
+    from kaisched.framework.session import Session
+    from kaisched.k8s.parse import parse_objects
+    from kaisched.model.snapshot import build_snapshot
+    from kaisched.plugins.registry import build_plugins
+    from tests.unit.builders import NOW, flatten, job, node, pod, pod_group, queue
+
+    cfg = schedule.resolve_config(None)  # the five actions, every default plugin
+    objs = flatten(
+        node("n1", 4), node("n2", 4), queue("a", gpu=4), queue("b", gpu=4),
+        pod_group("running", queue="a"), *(pod(f"running-{i}", group="running", gpus=1, node="n1") for i in range(4)),
+        job("wide", 2, queue="b", gpus=4), job("small", 1, queue="a", gpus=1),
+    )
+    with no_cyclic_gc():
+        ssn = Session(build_snapshot(parse_objects(objs), NOW), cfg, build_plugins(cfg.plugins))
+        ssn.open()
+        for action in build_actions(cfg):
+            action.execute(ssn)
+        result = ssn.close()
+        assert result.binds or result.pipelined or result.evictions  # the actions did something
+        refs = [weakref.ref(o) for o in (ssn, *ssn.plugins)]
+        ssn.discard()
+        del ssn
+        assert [r() for r in refs] == [None] * len(refs)
+    # nor is anything of it left to the collector: no job or task (they cannot be weakly referenced)
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        left = {type(o).__name__ for o in gc.garbage}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not left & {"Session", "PodGroupInfo", "PodSetInfo", "TaskInfo", "NodeTable"}

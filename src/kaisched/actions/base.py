@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kaisched.framework.session import Session
 
 
 class Action:
-    name = ""
+    name: ClassVar[str] = ""
 
     def execute(self, ssn: Session) -> None:
         raise NotImplementedError

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import weakref
 
 import numpy as np
 import numpy.typing as npt
@@ -251,8 +250,6 @@ class WarmEvictions:
         return False
 
 
-#: per session: are its resource amounts exact for warm simulations (see exact_accounting)
-_EXACT: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
 _GRID = 1024.0
 
 
@@ -262,9 +259,9 @@ def exact_accounting(ssn: Session) -> bool:
     no pod asks for GPU memory (its GPUs depend on the node). Then the accounting after any sequence of
     evictions and undos is the same floats whatever their order (warm simulations rely on it). Once per
     session."""
-    known = _EXACT.get(ssn)
+    known = ssn.exact_accounting
     if known is None:
-        known = _EXACT[ssn] = _exact(ssn)
+        known = ssn.exact_accounting = _exact(ssn)
     return known
 
 

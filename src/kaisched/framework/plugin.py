@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -65,7 +65,7 @@ class QueueReporter(Protocol):
 class Plugin:
     """Base class: plugins are created fresh for every session."""
 
-    name = ""
+    name: ClassVar[str] = ""
 
     def __init__(self, arguments: Mapping[str, str]) -> None:
         self.arguments = dict(arguments)

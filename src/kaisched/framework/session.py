@@ -127,6 +127,8 @@ class Session:
         #: what the eviction actions keep for the session and share until the next commit (its type is
         #: actions.evicting's)
         self.eviction_state: object = None
+        #: every amount the session adds up is exact in floats (actions.warm.exact_accounting); None: not asked
+        self.exact_accounting: bool | None = None
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:
@@ -173,7 +175,23 @@ class Session:
         for task in self.snapshot.tasks.values():
             task.job = None
         self.nodes.release()
-        self.__dict__.clear()
+        # the plugins and every hook they registered (bound methods, closures) hold the session; so may the
+        # eviction actions' state. (Named one by one, not by clearing ``__dict__``: a compiled Session has
+        # none, see docs/performance.md.)
+        self.plugins = []
+        for hooks in (self.job_order_keys, self.task_order_keys, self.pod_set_order_keys, self.predicates,
+                      self.static_predicates, self.pre_predicates, self.node_scorers, self.gpu_order_fns,
+                      self.allocate_handlers, self.deallocate_handlers, self.reclaim_victim_filters,
+                      self.preempt_victim_filters, self.reclaim_scenario_validators,
+                      self.preempt_scenario_validators, self.job_solution_start_handlers):
+            hooks.clear()
+        self.task_node_capacity_check = None
+        self.subset_nodes = None
+        self.queue_order = None
+        self.queue_reporter = None
+        self.job_capacity_check = None
+        self.can_reclaim_resources = None
+        self.eviction_state = None
 
     # ---- ordering -----------------------------------------------------------------------------------
     def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:

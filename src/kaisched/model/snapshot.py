@@ -287,6 +287,7 @@ def _is_reservation_pod(pod: Pod) -> bool:
 
 # --------------------------------------------------------------------------------------- builder
 _NodeFacts = tuple[frozenset[str], list[float], list[bool], float]
+_BASE_RESOURCE_NAMES = frozenset({"cpu", "memory", "pods", *GPU_RESOURCE_NAMES})  # not extended resources
 _NODE_FACTS: list[tuple[list[Node], _NodeFacts]] = []  # the last node lists seen (the simulator reuses one)
 
 
@@ -296,8 +297,7 @@ def _node_facts(nodes: list[Node]) -> _NodeFacts:
     for seen, facts in _NODE_FACTS:
         if seen is nodes:
             return facts
-    extra = frozenset(name for node in nodes for name in node.allocatable
-                      if name not in ("cpu", "memory", "pods", *GPU_RESOURCE_NAMES))
+    extra = frozenset(name for node in nodes for name in node.allocatable if name not in _BASE_RESOURCE_NAMES)
     memory_labels = [SnapshotBuilder._gpu_memory(n.meta.labels) for n in nodes]
     gpu_memory = [m for m, _ in memory_labels]
     real = [g for g in gpu_memory if g > C.DEFAULT_GPU_MEMORY_MIB]
