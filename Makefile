@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean kube-apiserver helm
+.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
+# The scheduling core compiled with mypyc into build/compiled (docs/performance.md; ~1.5 min, then only when a
+# source changed). Use it with PYTHONPATH=build/compiled.
+compiled: $(STAMP)
+	scripts/compiled.sh build
+
+# The compiled core decides as the sources do, and the whole suite passes on it.
+unit-compiled: compiled
+	$(BIN)/pytest -q -m compiled
+	PYTHONPATH=build/compiled $(BIN)/pytest -q -p no:cacheprovider
+
 # The contract tier (tests marked `kube`) runs against a real kube-apiserver 1.20.2, built once from Debian's
 # source package and cached outside the repository (about 7 min the first time, instant afterwards).
 kube-apiserver:
@@ -39,7 +49,7 @@ kube-apiserver:
 helm:
 	scripts/helm.sh build
 
-test: lint typecheck helm unit kube-apiserver
+test: lint typecheck helm unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 
@@ -47,4 +57,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build/compiled

@@ -726,6 +726,7 @@ class ScaleMeasurement:
     # repetition; and the parts of the median one (open session incl. the snapshot, each action, close), in ms
     cycle_walls_s: list[float] = field(default_factory=list)
     cycle_parts_ms: dict[str, float] = field(default_factory=dict)
+    compiled: bool = False  # the core ran compiled with mypyc (build/compiled)
 
     @property
     def median_s(self) -> float | None:
@@ -852,6 +853,7 @@ def measure(shape: str, *, smoke: bool = False, repeat: int = 5, budget_s: float
     say(f"{len(cluster.objects):,} objects generated in {gen_s:.1f} s")
     m = _blank(shape, smoke, cluster, census, gen_s)
     m.rss_gen_mib = alloc.max_rss_mib()
+    m.compiled = alloc.compiled_core()
 
     steady: SteadyState | None = None
     if shape == "scale-steady":
@@ -1008,6 +1010,8 @@ def format_report(results: list[ScaleMeasurement], repeat: int, markdown: bool =
     for m in results:
         if not described:
             lines.append(f"  cluster: {m.description}")
+            lines.append("  core: " + ("compiled with mypyc (build/compiled, docs/performance.md)" if m.compiled
+                                       else "interpreted (the default install; compiled: docs/performance.md)"))
             described = True
         if m.settle is not None:
             cycles = "; ".join(f"cycle {i + 1}: {sec:.2f} s ({b:,} binds, {p:,} pipelined, {e:,} evicted)"

@@ -13,9 +13,26 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from kaisched.model import job as _a_compiled_module
+
+#: the scheduling core was imported compiled (PYTHONPATH=build/compiled, scripts/compiled.sh)
+COMPILED = not (_a_compiled_module.__file__ or "").endswith(".py")
+
 settings.register_profile("kaisched", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kaisched"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``interpreted`` observe the core's internals by replacing its functions (a compiled caller
+    calls the original directly) or by weak references (compiled classes take none): skipped on the compiled
+    core, where ``tests/compiled`` and the rest of the suite check it."""
+    if not COMPILED:
+        return
+    skip = pytest.mark.skip(reason="observes internals the compiled core does not expose")
+    for item in items:
+        if "interpreted" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

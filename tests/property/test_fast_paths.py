@@ -157,6 +157,7 @@ def test_a_victim_job_shared_between_scenarios_is_validated_unchanged(objs: list
         kaisched.schedule(objs, config={"actions": "reclaim"}, now=NOW)
 
 
+@pytest.mark.interpreted
 @pytest.mark.parametrize("nodes", [20, 60])
 def test_warm_simulations_decide_as_simulating_from_scratch_on_reclaim_large_jobs(nodes: int) -> None:
     """The benchmark's shape: one job of nodes/10 8-GPU pods reclaims 8 x nodes/10 1-GPU jobs, k by k; the

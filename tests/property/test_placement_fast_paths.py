@@ -160,6 +160,7 @@ def test_fast_paths_decide_as_the_plain_ones_on_a_busy_cluster(nodes: int) -> No
     busy_cluster_decides_alike(nodes, plain_paths)
 
 
+@pytest.mark.interpreted
 def test_failures_past_the_recheck_cap_keep_no_arrays_and_decide_alike() -> None:
     """Only the first ``RECHECKABLE_FAILURES`` failed shapes of a session keep their per-node arrays; the others
     are answered while nothing changes and evaluated in full after a change, with the same decisions."""
@@ -183,6 +184,7 @@ def test_failures_past_the_recheck_cap_keep_no_arrays_and_decide_alike() -> None
     assert kept and max(kept) <= 3
 
 
+@pytest.mark.interpreted
 def test_preempt_with_no_lower_priority_work_orders_no_jobs() -> None:
     """Every pending and running job at one priority: preempt returns before building a job queue (and decides
     what popping and skipping every job decided)."""

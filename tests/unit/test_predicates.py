@@ -362,6 +362,7 @@ def test_a_pods_labels_decide_its_fit_only_where_some_anti_affinity_reads_them()
     assert "didn't satisfy existing pods anti-affinity rules" in status(result, "j1-web").message
 
 
+@pytest.mark.interpreted
 def test_per_job_labels_share_a_failure_when_no_pod_selects_by_labels():
     """Without any (anti-)affinity in the session, jobs that differ only in their labels are one task shape:
     once one failed, the others fail from the cache (one full evaluation for all of them)."""

@@ -1,0 +1,45 @@
+"""Decisions of a few busy clusters as JSON (run by ``test_compiled.py`` once interpreted and once with the
+compiled core on ``PYTHONPATH``): the scale shape at smoke size (allocate alone and the five actions, two cycles
+each, the second on the first one's outcome) and ReclaimLargeJobs, every field of every result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from benchmarks import allocate as alloc
+from benchmarks.actions import reclaim_large_jobs_cluster
+from benchmarks.scale import SMOKE_SIZE, STEADY_PERIOD, apply_result, scale_cluster
+
+import kaisched
+from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
+from kaisched.k8s.parse import parse_objects
+from kaisched.model import job
+
+
+def decisions() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cluster = scale_cluster(SMOKE_SIZE)
+    for actions in ("allocate", None):
+        config = resolve_config({"actions": actions} if actions else None)
+        parsed = prepare(parse_objects(cluster.objects), config, alloc.NOW)
+        with no_cyclic_gc():
+            first = run_prepared_cycle(parsed, config, alloc.NOW)
+        then = apply_result(parsed, first, alloc.NOW)
+        with no_cyclic_gc():
+            second = run_prepared_cycle(then, config, alloc.NOW + STEADY_PERIOD)
+        out[f"scale-{actions or 'default'}"] = [first.to_dict(), second.to_dict()]
+    rlj = reclaim_large_jobs_cluster(20)
+    out["reclaim-large-jobs"] = kaisched.schedule(rlj.objects, {"actions": rlj.action}, now=alloc.NOW).to_dict()
+    return out
+
+
+def main() -> None:
+    print(json.dumps({"compiled": not job.__file__.endswith(".py"), "decisions": decisions()}, sort_keys=True,
+                     default=str))
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
