@@ -19,11 +19,12 @@ readonly OUT=build/compiled
 readonly MYPYC="${MYPYC:-.venv/bin/mypyc}"
 readonly PYTHON="${PYTHON_BIN:-.venv/bin/python}"
 # the compiled packages (each one's modules, not its __init__), in layer order; and modules left out of them.
-# Not compiled: k8s parsing (parse.py, quantity.py, loader.py read untrusted values of any type, and compiled
-# functions check their arguments' types: a malformed manifest would raise TypeError instead of its error),
-# framework/config.py (the same for configuration files; read once).
-readonly PACKAGES=(k8s model framework plugins plugins/proportion actions podgrouper cluster)
-readonly EXCLUDED=(k8s/parse.py k8s/quantity.py k8s/loader.py framework/config.py)
+# Not compiled: what reads input of any type — k8s parsing (parse.py, quantity.py, loader.py), the
+# simulator's traces and scenarios (sim/traces.py, openb.py, scenario.py), framework/config.py: compiled
+# functions check their arguments' types and chain exceptions otherwise, and bad input must get its clear error.
+readonly PACKAGES=(k8s model framework plugins plugins/proportion actions podgrouper cluster sim)
+readonly EXCLUDED=(k8s/parse.py k8s/quantity.py k8s/loader.py framework/config.py sim/traces.py sim/openb.py
+                   sim/scenario.py)
 
 log() { printf '[compiled.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -1,11 +1,14 @@
 """Decisions of a few busy clusters as JSON (run by ``test_compiled.py`` once interpreted and once with the
 compiled core on ``PYTHONPATH``): the scale shape at smoke size (allocate alone and the five actions, two cycles
-each, the second on the first one's outcome) and ReclaimLargeJobs, every field of every result."""
+each, the second on the first one's outcome) and ReclaimLargeJobs, every field of every result; and the
+simulation of ``examples/simulation/three-teams.yaml`` (every job's record and sample, its wall time left out)."""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from benchmarks import allocate as alloc
@@ -16,6 +19,9 @@ import kaisched
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.k8s.parse import parse_objects
 from kaisched.model import job
+from kaisched.sim import simulate
+
+THREE_TEAMS = Path(__file__).resolve().parents[2] / "examples" / "simulation" / "three-teams.yaml"
 
 
 def decisions() -> dict[str, Any]:
@@ -32,6 +38,9 @@ def decisions() -> dict[str, Any]:
         out[f"scale-{actions or 'default'}"] = [first.to_dict(), second.to_dict()]
     rlj = reclaim_large_jobs_cluster(20)
     out["reclaim-large-jobs"] = kaisched.schedule(rlj.objects, {"actions": rlj.action}, now=alloc.NOW).to_dict()
+    simulated = asdict(simulate(THREE_TEAMS))
+    del simulated["summary"]["wall_seconds"]
+    out["simulation"] = simulated
     return out
 
 

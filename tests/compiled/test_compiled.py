@@ -48,6 +48,7 @@ def test_the_compiled_core_decides_as_the_interpreted_sources(build: Path) -> No
     decisions = compiled["decisions"]
     assert decisions["scale-allocate"][0]["binds"]  # the clusters are busy: something to decide
     assert decisions["reclaim-large-jobs"]["evictions"]
+    assert decisions["simulation"]["jobs"]
     assert decisions == interpreted["decisions"]
 
 
