@@ -195,10 +195,7 @@ class Session:
 
     # ---- ordering -----------------------------------------------------------------------------------
     def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
-        fns = self.job_order_keys
-        if len(fns) == 2:  # (KAI's default plugins: priority, elastic) the same tuple without a generator
-            return (fns[0](job), fns[1](job), job.creation, job.uid)
-        return (*(fn(job) for fn in fns), job.creation, job.uid)
+        return (*[fn(job) for fn in self.job_order_keys], job.creation, job.uid)
 
     def cached_job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:
         """:meth:`job_order_key`, cached until one of the job's tasks changes (``job.version``)."""

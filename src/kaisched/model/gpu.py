@@ -176,8 +176,9 @@ def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None) -> 
     known = _READ.get(key)
     if known is None:
         known = _read_gpu_request(pod, requests)
-        if len(_READ) < _READ_MAX:
-            _READ[key] = known
+        if len(_READ) >= _READ_MAX:
+            _READ.clear()
+        _READ[key] = known
     return known
 
 

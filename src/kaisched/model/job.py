@@ -20,10 +20,7 @@ class PodSetInfo:
     constraint: TopologyConstraint | None = None  # its own topology constraint (spec 9.2)
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
-        tasks = self.tasks
-        if len(tasks) == 1:  # (most pod sets) without a generator
-            return 1 if tasks[0].status in statuses else 0
-        return sum(1 for t in tasks if t.status in statuses)
+        return sum(1 for t in self.tasks if t.status in statuses)
 
     @property
     def active_allocated(self) -> int:
@@ -55,6 +52,10 @@ class SubGroupSet:
             c.has_constraint(pod_sets) for c in self.children)
 
 
+#: PodGroupInfo's status summary: (version, pending, ready, may be a victim, stale, allocated)
+StatusSummary = tuple[int, bool, bool, bool, bool, bool]
+
+
 @dataclass(slots=True, eq=False)
 class FitError:
     """Why (part of) a job could not be placed: KAI's job fit error."""
@@ -83,11 +84,10 @@ class PodGroupInfo:
     version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
     root: SubGroupSet = field(default_factory=lambda: SubGroupSet(""))  # the subgroup tree (spec 9.5)
     has_topology: bool = False  # some (sub)group of it has a topology constraint
-    # (version, has_pending(), is_ready(), may_be_victim(), is_stale()), read off the tasks in one pass (see _summary):
-    # every status change bumps the version; not copied by ``replace`` (a view of the job with other pod sets
-    # starts afresh)
-    _status_summary: tuple[int, bool, bool, bool, bool] = field(default=(-1, False, False, False, False), init=False,
-                                                                repr=False)
+    # (version, has_pending(), is_ready(), may_be_victim(), is_stale(), has_allocated()), read off the tasks in one
+    # pass (see _summary): every status change bumps the version; not copied by ``replace`` (a view of the job
+    # with other pod sets starts afresh)
+    _status_summary: StatusSummary = field(default=(-1, False, False, False, False, False), init=False, repr=False)
     key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
     def __post_init__(self) -> None:
@@ -123,13 +123,13 @@ class PodGroupInfo:
         job whose bind is in flight is left alone rather than cut below its minimum or undone at once)."""
         return self._summary()[3]
 
-    def _summary(self) -> tuple[int, bool, bool, bool, bool]:
+    def _summary(self) -> StatusSummary:
         """What every action asks of every job, from its tasks' statuses: (version, has a pending pod, ready,
-        may be a victim, stale); computed once per version."""
+        may be a victim, stale, has an allocated pod); computed once per version."""
         known = self._status_summary
         if known[0] == self.version:
             return known
-        pending = binding = settled = succeeded = used_any = short = False
+        pending = binding = settled = succeeded = used_any = short = allocated = False
         ready = True
         for ps in self.pod_sets.values():
             alive = used = 0
@@ -147,20 +147,18 @@ class PodGroupInfo:
                     used += 1
                 if status in ACTIVE_ALLOCATED and status is not TaskStatus.BINDING:  # TaskInfo.is_settled_active
                     settled = True
+                if status in ALLOCATED:
+                    allocated = True
             if alive < ps.min_available:
                 ready = False
             used_any = used_any or used > 0
             short = short or used < ps.min_available
         known = self._status_summary = (self.version, pending, ready, settled and not binding,
-                                        used_any and short and not succeeded)
+                                        used_any and short and not succeeded, allocated)
         return known
 
     def has_allocated(self) -> bool:
-        if len(self.pod_sets) == 1:
-            tasks = next(iter(self.pod_sets.values())).tasks
-            if len(tasks) == 1:  # (most jobs: one pod) without a generator
-                return tasks[0].status in ALLOCATED
-        return any(t.status in ALLOCATED for ps in self.pod_sets.values() for t in ps.tasks)
+        return self._summary()[5]
 
     def elastic_rank(self) -> int:
         """Elastic job order: below min first (0), exactly at min (1), above min (2)."""
