@@ -61,13 +61,6 @@ def generate(scenario: str, smoke: bool) -> tuple[Cluster, float]:
     return cluster, time.perf_counter() - t0
 
 
-def compiled_core() -> bool:
-    """The scheduling core runs compiled with mypyc (``PYTHONPATH=build/compiled``, docs/performance.md)."""
-    from kaisched.model import job
-
-    return not (job.__file__ or "").endswith(".py")
-
-
 def max_rss_mib() -> float:
     """The process's peak resident set so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -853,7 +853,7 @@ def measure(shape: str, *, smoke: bool = False, repeat: int = 5, budget_s: float
     say(f"{len(cluster.objects):,} objects generated in {gen_s:.1f} s")
     m = _blank(shape, smoke, cluster, census, gen_s)
     m.rss_gen_mib = alloc.max_rss_mib()
-    m.compiled = alloc.compiled_core()
+    m.compiled = kaisched.compiled()
 
     steady: SteadyState | None = None
     if shape == "scale-steady":

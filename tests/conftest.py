@@ -13,10 +13,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from kaisched.model import job as _a_compiled_module
-
-#: the scheduling core was imported compiled (PYTHONPATH=build/compiled, scripts/compiled.sh)
-COMPILED = not (_a_compiled_module.__file__ or "").endswith(".py")
+import kaisched
 
 settings.register_profile("kaisched", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False, max_examples=500)
@@ -27,7 +24,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked ``interpreted`` observe the core's internals by replacing its functions (a compiled caller
     calls the original directly) or by weak references (compiled classes take none): skipped on the compiled
     core, where ``tests/compiled`` and the rest of the suite check it."""
-    if not COMPILED:
+    if not kaisched.compiled():
         return
     skip = pytest.mark.skip(reason="observes internals the compiled core does not expose")
     for item in items:

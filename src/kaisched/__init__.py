@@ -7,6 +7,7 @@ The shortest useful example::
     print(result.to_dict()["binds"])
 """
 
+from kaisched.actions import allocate as _a_core_module
 from kaisched.actions.registry import ACTIONS as _ACTIONS
 from kaisched.cluster.schedule import schedule
 from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams
@@ -16,6 +17,13 @@ from kaisched.k8s.objects import ObjectError, ParsedObjects
 from kaisched.sim import Scenario, ScenarioError, SimResult, SimulationError, simulate
 
 ACTIONS: tuple[str, ...] = tuple(_ACTIONS)
+
+
+def compiled() -> bool:
+    """The scheduling core was imported compiled with mypyc (``PYTHONPATH=build/compiled``,
+    docs/performance.md), not from its sources."""
+    return not (_a_core_module.__file__ or "").endswith(".py")
+
 
 __all__ = [
     "ACTIONS",
@@ -29,6 +37,7 @@ __all__ = [
     "SchedulerParams",
     "SimResult",
     "SimulationError",
+    "compiled",
     "load_documents",
     "load_objects",
     "schedule",

@@ -18,7 +18,6 @@ from benchmarks.scale import SMOKE_SIZE, STEADY_PERIOD, apply_result, scale_clus
 import kaisched
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.k8s.parse import parse_objects
-from kaisched.model import job
 from kaisched.sim import simulate
 
 THREE_TEAMS = Path(__file__).resolve().parents[2] / "examples" / "simulation" / "three-teams.yaml"
@@ -45,7 +44,7 @@ def decisions() -> dict[str, Any]:
 
 
 def main() -> None:
-    print(json.dumps({"compiled": not job.__file__.endswith(".py"), "decisions": decisions()}, sort_keys=True,
+    print(json.dumps({"compiled": kaisched.compiled(), "decisions": decisions()}, sort_keys=True,
                      default=str))
 
 
