@@ -20,7 +20,7 @@ from kaisched.framework.statement import Statement
 from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.gpu import GpuKind
 from kaisched.model.job import FitError, PodGroupInfo, SubGroupSet
-from kaisched.model.node import IntArray, NodeTable
+from kaisched.model.node import IntArray, NodeTable, all_true
 from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.task import TaskInfo
 
@@ -75,7 +75,7 @@ class FitHistogram:
         """Count the nodes ``at`` (every predicate passes them; their accounting changed) anew; False, with
         nothing changed, when the task fits on one of them now."""
         new = nodes.lacking(task, at)
-        if not new.all():
+        if not np.logical_and.reduce(new):
             return False
         bits, counts = self.bits, self.by_lacking
         if bits is None:  # nothing requested: the task would fit wherever the predicates pass
@@ -228,7 +228,7 @@ def recheck_failure(ssn: Session, task: TaskInfo, known: FitFailure) -> bool:
     at = changed if codes is None else changed[codes[changed] == 0]
     if len(at):
         if histogram is None:
-            if nodes.fits_task_at(task, at, with_releasing=True).any():
+            if np.logical_or.reduce(nodes.fits_task_at(task, at, with_releasing=True)):
                 return False
         elif not histogram.still_failing(nodes, task, at):
             return False
@@ -296,7 +296,7 @@ def _place(
             fit &= node_mask
         if codes is not None:
             fit &= codes == 0
-        indices = np.flatnonzero(fit)
+        indices = fit.nonzero()[0]
     if len(indices) == 0:
         if not explain:
             return FitFailure(nodes.version, "", codes, None)
@@ -305,7 +305,7 @@ def _place(
     if nodes.any_releasing:
         fits_idle = nodes.fits_task_at(task, indices, with_releasing=False)
     else:  # nothing releasing anywhere: every candidate fits on idle resources
-        fits_idle = np.ones(len(indices), dtype=np.bool_)
+        fits_idle = all_true(len(indices))
     cands = NodeCandidates(indices, fits_idle)
     if len(indices) == 1:
         best = 0
@@ -315,7 +315,7 @@ def _place(
             score = scorer(task, cands)
             if score is not None:
                 scores = score if scores is None else scores + score
-        best = int(np.argmax(scores)) if scores is not None else 0  # first maximum: the smallest node name
+        best = int(scores.argmax()) if scores is not None else 0  # first maximum: the smallest node name
     node = int(indices[best])
     if task.gpu.shared:
         choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=pipeline_only)

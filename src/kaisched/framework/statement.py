@@ -27,7 +27,7 @@ class OpKind(enum.Enum):
     MOVE = "move"  # a virtually evicted task pipelined onto another node (its old place keeps releasing)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Operation:
     kind: OpKind
     task: TaskInfo
@@ -35,12 +35,28 @@ class Operation:
     prev_status: TaskStatus
     prev_node: int
     # eviction metadata (evict only)
-    action: str = ""
-    preemptor: str = ""
-    message: str = ""
-    ghost: TaskInfo | None = None  # move only: the releasing copy left on the old node
-    groups: tuple[str, ...] | None = None  # shared devices on the new node (None: keep the task's)
-    prev_groups: tuple[str, ...] = ()
+    action: str
+    preemptor: str
+    message: str
+    ghost: TaskInfo | None  # move only: the releasing copy left on the old node
+    groups: tuple[str, ...] | None  # shared devices on the new node (None: keep the task's)
+    prev_groups: tuple[str, ...]
+
+    # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
+    def __init__(self, kind: OpKind, task: TaskInfo, node: int, prev_status: TaskStatus, prev_node: int,
+                 action: str = "", preemptor: str = "", message: str = "", ghost: TaskInfo | None = None,
+                 groups: tuple[str, ...] | None = None, prev_groups: tuple[str, ...] = ()) -> None:
+        self.kind = kind
+        self.task = task
+        self.node = node
+        self.prev_status = prev_status
+        self.prev_node = prev_node
+        self.action = action
+        self.preemptor = preemptor
+        self.message = message
+        self.ghost = ghost
+        self.groups = groups
+        self.prev_groups = prev_groups
 
 
 class Statement:

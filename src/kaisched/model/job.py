@@ -10,14 +10,22 @@ from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALIVE, ALLOCATE
 from kaisched.model.task import TaskInfo
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class PodSetInfo:
     """A leaf of the PodGroup's subgroup tree (the ``default`` one when there are no subgroups)."""
 
     name: str
     min_available: int
-    tasks: list[TaskInfo] = field(default_factory=list)
-    constraint: TopologyConstraint | None = None  # its own topology constraint (spec 9.2)
+    tasks: list[TaskInfo]
+    constraint: TopologyConstraint | None  # its own topology constraint (spec 9.2)
+
+    # (the hot model classes write their __init__ out: a compiled core keeps a generated one interpreted)
+    def __init__(self, name: str, min_available: int, tasks: list[TaskInfo] | None = None,
+                 constraint: TopologyConstraint | None = None) -> None:
+        self.name = name
+        self.min_available = min_available
+        self.tasks = [] if tasks is None else tasks
+        self.constraint = constraint
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
         return sum(1 for t in self.tasks if t.status in statuses)
@@ -64,7 +72,7 @@ class FitError:
     message: str
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class PodGroupInfo:
     name: str
     namespace: str
@@ -74,24 +82,47 @@ class PodGroupInfo:
     preemptible: bool
     creation: datetime
     pod_group: PodGroup | None
-    pod_sets: dict[str, PodSetInfo] = field(default_factory=dict)
-    last_start: datetime | None = None
-    stale_since: datetime | None = None
+    pod_sets: dict[str, PodSetInfo]
+    last_start: datetime | None
+    stale_since: datetime | None
     # set by the snapshot builder when the job cannot be scheduled at all (unknown queue, ...)
-    blocked: FitError | None = None
-    fit_errors: list[FitError] = field(default_factory=list)
-    pipelined_reason: FitError | None = None  # why the job waits although it has been placed
-    version: int = 0  # bumped on every change of one of its tasks within the session (cache key)
-    root: SubGroupSet = field(default_factory=lambda: SubGroupSet(""))  # the subgroup tree (spec 9.5)
-    has_topology: bool = False  # some (sub)group of it has a topology constraint
+    blocked: FitError | None
+    fit_errors: list[FitError]
+    pipelined_reason: FitError | None  # why the job waits although it has been placed
+    version: int  # bumped on every change of one of its tasks within the session (cache key)
+    root: SubGroupSet  # the subgroup tree (spec 9.5)
+    has_topology: bool  # some (sub)group of it has a topology constraint
     # (version, has_pending(), is_ready(), may_be_victim(), is_stale(), has_allocated()), read off the tasks in one
     # pass (see _summary): every status change bumps the version; not copied by ``replace`` (a view of the job
     # with other pod sets starts afresh)
-    _status_summary: StatusSummary = field(default=(-1, False, False, False, False, False), init=False, repr=False)
-    key: str = field(default="", init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
+    _status_summary: StatusSummary = field(init=False, repr=False)
+    key: str = field(init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
 
-    def __post_init__(self) -> None:
-        self.key = f"{self.namespace}/{self.name}"
+    def __init__(self, name: str, namespace: str, uid: str, queue: str, priority: int, preemptible: bool,
+                 creation: datetime, pod_group: PodGroup | None, pod_sets: dict[str, PodSetInfo] | None = None,
+                 last_start: datetime | None = None, stale_since: datetime | None = None,
+                 blocked: FitError | None = None, fit_errors: list[FitError] | None = None,
+                 pipelined_reason: FitError | None = None, version: int = 0, root: SubGroupSet | None = None,
+                 has_topology: bool = False) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.uid = uid
+        self.queue = queue
+        self.priority = priority
+        self.preemptible = preemptible
+        self.creation = creation
+        self.pod_group = pod_group
+        self.pod_sets = {} if pod_sets is None else pod_sets
+        self.last_start = last_start
+        self.stale_since = stale_since
+        self.blocked = blocked
+        self.fit_errors = [] if fit_errors is None else fit_errors
+        self.pipelined_reason = pipelined_reason
+        self.version = version
+        self.root = SubGroupSet("") if root is None else root
+        self.has_topology = has_topology
+        self._status_summary = (-1, False, False, False, False, False)
+        self.key = f"{namespace}/{name}"
 
     @property
     def tasks(self) -> list[TaskInfo]:

@@ -39,6 +39,18 @@ if TYPE_CHECKING:
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 
+_ALL_TRUE: BoolArray = np.ones(0, dtype=np.bool_)
+
+
+def all_true(n: int) -> BoolArray:
+    """A read-only boolean array of ``n`` True values (a view of one kept array: no allocation per call)."""
+    global _ALL_TRUE
+    if len(_ALL_TRUE) < n:
+        _ALL_TRUE = np.ones(max(n, 2 * len(_ALL_TRUE)), dtype=np.bool_)
+        _ALL_TRUE.flags.writeable = False
+    return _ALL_TRUE[:n]
+
+
 # node conditions that make a node unusable when not False (KAI's node-condition check)
 PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
@@ -206,7 +218,7 @@ class NodeTable:
         changes = self.changes_since(version, limit)
         if changes is None:
             return None
-        changed: IntArray = np.unique(np.array(changes, dtype=np.int64))
+        changed: IntArray = np.array(sorted(set(changes)), dtype=np.int64)
         return changed
 
     def changes_since(self, version: int, limit: int) -> list[int] | None:
@@ -244,7 +256,7 @@ class NodeTable:
 
     def fits(self, req: Vector, *, with_releasing: bool) -> BoolArray:
         """Nodes where ``req`` fits on idle (or idle + releasing) resources; only requested rows."""
-        rows = np.flatnonzero(req > 0)
+        rows = (req > 0).nonzero()[0]
         if len(rows) == 0:
             return np.ones(len(self.names), dtype=np.bool_)
         avail = self.available(with_releasing=with_releasing)
@@ -256,13 +268,14 @@ class NodeTable:
 
     def fits_at(self, req: Vector, indices: IntArray, *, with_releasing: bool) -> BoolArray:
         """:meth:`fits` on the nodes ``indices`` only (aligned with them)."""
-        rows = np.flatnonzero(req > 0)
+        rows = (req > 0).nonzero()[0]
         if len(rows) == 0:
             return np.ones(len(indices), dtype=np.bool_)
         every_row = len(rows) == len(self.idle)
 
         def columns(values: Vector) -> Vector:
-            taken: Vector = values.take(indices, axis=1) if every_row else values[np.ix_(rows, indices)]
+            taken: Vector = values.take(indices, axis=1) if every_row else \
+                values.take(rows, axis=0).take(indices, axis=1)
             return taken
         avail = columns(self.idle) + columns(self.releasing) if with_releasing and self.any_releasing \
             else columns(self.idle)
@@ -369,15 +382,15 @@ class NodeTable:
     def lacking(self, task: TaskInfo, at: IntArray | None = None) -> IntArray:
         """Per node (of ``at``, when given): bit i set when, even with releasing resources, it lacks the i-th
         of :meth:`lacking_names` (0: the task fits there by resources)."""
-        rows = np.flatnonzero(task.req > 0)
+        rows = (task.req > 0).nonzero()[0]
         if at is None:
             avail = self.available(with_releasing=True)[rows]
         else:
-            avail = self.idle[np.ix_(rows, at)]
+            avail = self.idle.take(rows, axis=0).take(at, axis=1)
             if self.any_releasing:
-                avail = avail + self.releasing[np.ix_(rows, at)]
+                avail = avail + self.releasing.take(rows, axis=0).take(at, axis=1)
         below = avail < (task.req[rows] - 1e-9)[:, None]
-        bits: IntArray = (below.astype(np.int64) << np.arange(len(rows), dtype=np.int64)[:, None]).sum(axis=0)
+        bits: IntArray = np.add.reduce(below.astype(np.int64) << np.arange(len(rows), dtype=np.int64)[:, None], axis=0)
         if task.gpu.shared:
             no_devices = ~self.shared_gpu_fit(task, with_releasing=True, at=at)
             bits |= no_devices.astype(np.int64) << len(rows)

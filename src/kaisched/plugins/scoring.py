@@ -104,7 +104,7 @@ class NodePlacementPlugin(Plugin):
             return out
         if len(idx) == 0:
             return np.zeros(0)
-        lo, hi = float(non_alloc.min()), float(non_alloc.max())
+        lo, hi = float(np.minimum.reduce(non_alloc)), float(np.maximum.reduce(non_alloc))
         if hi == lo:
             out = np.full(len(idx), MAX_HIGH_DENSITY_SCORE)
         else:
