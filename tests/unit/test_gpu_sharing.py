@@ -329,3 +329,13 @@ def test_decisions_are_deterministic_including_new_group_names() -> None:
     objs = [node("n1", 4), node("n2", 4), queue("q"),
             *(o for i in range(10) for o in shared(f"f{i}", fraction=0.1 * (i % 9 + 1)))]
     assert run(*objs).to_dict() == run(*objs).to_dict()
+
+
+@pytest.mark.parametrize("name", ["", "node-1/uid-1/0/0", "n/ü-ñ/3/12", "x" * 300])
+def test_shared_device_names_are_uuid5_of_their_parts(name: str) -> None:
+    """A new shared device's name is computed without UUID objects: exactly uuid5 in the group namespace."""
+    import uuid
+
+    from kaisched.model.gpu_sharing import GROUP_NAMESPACE, uuid5_text
+
+    assert uuid5_text(name) == str(uuid.uuid5(GROUP_NAMESPACE, name))

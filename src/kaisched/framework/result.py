@@ -9,11 +9,18 @@ from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Placement:
     pod: str  # "<ns>/<name>"
     node: str
-    gpu_groups: tuple[str, ...] = ()
+    gpu_groups: tuple[str, ...]
+
+    # (the result classes a cycle makes by the thousand write their __init__ out: a compiled core keeps a
+    # generated one interpreted, see docs/performance.md)
+    def __init__(self, pod: str, node: str, gpu_groups: tuple[str, ...] = ()) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpu_groups", gpu_groups)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pod": self.pod, "node": self.node, "gpuGroups": list(self.gpu_groups)}
@@ -31,15 +38,25 @@ class Eviction:
                 "message": self.message}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PodGroupStatus:
     name: str  # "<ns>/<name>"
     queue: str
     status: str  # Running | Allocated | Pipelined | Pending
     reason: str | None
     message: str | None
-    last_start: str | None = None  # RFC3339
-    stale_since: str | None = None
+    last_start: str | None  # RFC3339
+    stale_since: str | None
+
+    def __init__(self, name: str, queue: str, status: str, reason: str | None, message: str | None,
+                 last_start: str | None = None, stale_since: str | None = None) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "last_start", last_start)
+        object.__setattr__(self, "stale_since", stale_since)
 
     def annotations(self) -> dict[str, str | None]:
         """The PodGroup annotations this status sets (None: the annotation is removed)."""
@@ -69,7 +86,7 @@ class QueueStatus:
                 "limit": self.limit, "priority": self.priority}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SharedGpuStatus:
     group: str  # the runai-gpu-group of this device
     memory_mib: float  # the device's memory
@@ -77,12 +94,20 @@ class SharedGpuStatus:
     releasing_mib: float
     pods: tuple[str, ...]
 
+    def __init__(self, group: str, memory_mib: float, used_mib: float, releasing_mib: float,
+                 pods: tuple[str, ...]) -> None:
+        object.__setattr__(self, "group", group)
+        object.__setattr__(self, "memory_mib", memory_mib)
+        object.__setattr__(self, "used_mib", used_mib)
+        object.__setattr__(self, "releasing_mib", releasing_mib)
+        object.__setattr__(self, "pods", pods)
+
     def to_dict(self) -> dict[str, Any]:
         return {"group": self.group, "memoryMiB": self.memory_mib, "usedMiB": self.used_mib,
                 "releasingMiB": self.releasing_mib, "pods": list(self.pods)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class NodeGpuStatus:
     """A GPU node after the cycle: whole devices and each shared device."""
 
@@ -92,6 +117,15 @@ class NodeGpuStatus:
     releasing: float  # whole devices being freed (incl. shared devices whose pods all terminate)
     whole_gpu_pods: tuple[str, ...]  # pods holding whole devices
     shared: tuple[SharedGpuStatus, ...]
+
+    def __init__(self, name: str, gpus: float, idle: float, releasing: float, whole_gpu_pods: tuple[str, ...],
+                 shared: tuple[SharedGpuStatus, ...]) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "idle", idle)
+        object.__setattr__(self, "releasing", releasing)
+        object.__setattr__(self, "whole_gpu_pods", whole_gpu_pods)
+        object.__setattr__(self, "shared", shared)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "idleGpus": self.idle, "releasingGpus": self.releasing,

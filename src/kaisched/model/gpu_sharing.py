@@ -28,6 +28,7 @@ count, so that a fit check for one task over all nodes stays a handful of vector
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,17 @@ IntArray = npt.NDArray[np.int64]
 
 # group names for new groups are UUIDs derived from (node, pod, device): the same input, the same name
 GROUP_NAMESPACE = uuid.UUID("5f0c3f7e-59d3-4f1e-9c3b-6b6a0c1c9a41")
+_GROUP_NAMESPACE_BYTES = GROUP_NAMESPACE.bytes
+
+
+def uuid5_text(name: str) -> str:
+    """``str(uuid.uuid5(GROUP_NAMESPACE, name))`` without building UUID objects (a new shared device is named
+    for every fractional pod placed): SHA-1 of the namespace and the name, version 5, RFC 4122 variant."""
+    digest = bytearray(hashlib.sha1(_GROUP_NAMESPACE_BYTES + name.encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 NO_FIT = -1.0
 # devices of running shared pods that carry no GPU-group label: named "<PRIVATE_PREFIX><pod uid>:<i>" (a
 # colon never appears in a label value, so no pod can name them); nobody else may join them
@@ -244,7 +256,7 @@ class SharedGpus:
     def _new_name(task: TaskInfo, node: str, device: int, taken: set[str]) -> str:
         attempt = 0
         while True:
-            name = str(uuid.uuid5(GROUP_NAMESPACE, f"{node}/{task.uid}/{device}/{attempt}"))
+            name = uuid5_text(f"{node}/{task.uid}/{device}/{attempt}")
             if name not in taken:
                 return name
             attempt += 1

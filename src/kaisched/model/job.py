@@ -42,15 +42,22 @@ class PodSetInfo:
         return [t for t in self.tasks if t.status is TaskStatus.PENDING]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class SubGroupSet:
     """A non-leaf of the subgroup tree (the root is the PodGroup itself, named ""): its constraint applies
     to everything below it; every child is required (spec 9.5)."""
 
     name: str
-    constraint: TopologyConstraint | None = None
-    children: list[SubGroupSet] = field(default_factory=list)
-    pod_sets: list[str] = field(default_factory=list)  # leaves directly below, by name
+    constraint: TopologyConstraint | None
+    children: list[SubGroupSet]
+    pod_sets: list[str]  # leaves directly below, by name
+
+    def __init__(self, name: str, constraint: TopologyConstraint | None = None,
+                 children: list[SubGroupSet] | None = None, pod_sets: list[str] | None = None) -> None:
+        self.name = name
+        self.constraint = constraint
+        self.children = [] if children is None else children
+        self.pod_sets = [] if pod_sets is None else pod_sets
 
     def all_pod_sets(self) -> list[str]:
         return [*self.pod_sets, *(n for c in self.children for n in c.all_pod_sets())]
@@ -64,12 +71,16 @@ class SubGroupSet:
 StatusSummary = tuple[int, bool, bool, bool, bool, bool]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class FitError:
     """Why (part of) a job could not be placed: KAI's job fit error."""
 
     reason: str
     message: str
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        self.message = message
 
 
 @dataclass(slots=True, eq=False, init=False)
