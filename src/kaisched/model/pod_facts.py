@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import Pod
-from kaisched.model.gpu import GpuRequest, GpuRequestError, legacy_mig_annotation, parse_gpu_request
-from kaisched.model.resources import GPU_RESOURCE_NAMES, PODS, ResourceIndex, Vector
+from kaisched.model.gpu import GpuKind, GpuRequest, GpuRequestError, legacy_mig_annotation, parse_gpu_request
+from kaisched.model.resources import GPU, GPU_RESOURCE_NAMES, PODS, ResourceIndex, Vector
 
 HostPort = tuple[str, int, str]  # (protocol, port, host IP)
 _BASE_RESOURCES = frozenset({"cpu", "memory", "pods", *GPU_RESOURCE_NAMES})
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class PodFacts:
     pod: Pod
     requests: dict[str, float]  # effective requests (never mutate)
@@ -31,10 +31,30 @@ class PodFacts:
     uid: str  # metadata.uid, or "<namespace>/<name>" without one
     key: str  # "<namespace>/<name>"
     group_name: str | None  # the pod-group-name annotation
-    _gpu: tuple[GpuRequest, GpuRequestError | None] | None = None
-    _legacy_mig: bool | None = None
-    _vector: Vector | None = None
-    _vector_names: tuple[str, ...] = ()
+    _gpu: tuple[GpuRequest, GpuRequestError | None] | None
+    _legacy_mig: bool | None
+    _vector: Vector | None
+    _vector_names: tuple[str, ...]
+    _task_vector: tuple[tuple[str, ...], GpuRequest, Vector] | None  # (names, GPU request, task_vector)
+
+    # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
+    def __init__(self, pod: Pod, requests: dict[str, float], extended: tuple[str, ...],
+                 host_ports: tuple[HostPort, ...], signature: tuple[object, ...], task_priority: int | None,
+                 uid: str, key: str, group_name: str | None) -> None:
+        self.pod = pod
+        self.requests = requests
+        self.extended = extended
+        self.host_ports = host_ports
+        self.signature = signature
+        self.task_priority = task_priority
+        self.uid = uid
+        self.key = key
+        self.group_name = group_name
+        self._gpu = None
+        self._legacy_mig = None
+        self._vector = None
+        self._vector_names = ()
+        self._task_vector = None
 
     @property
     def gpu(self) -> tuple[GpuRequest, GpuRequestError | None]:
@@ -50,14 +70,29 @@ class PodFacts:
             self._legacy_mig = legacy_mig_annotation(self.pod) is not None and not self.gpu[0].any
         return self._legacy_mig
 
-    def vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
-        """A fresh copy of the pod's request vector in ``resources`` order (``names`` = its names), pods: 1."""
+    def request_vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
+        """The pod's request vector in ``resources`` order (``names`` = its names), pods: 1 (shared: never
+        mutate)."""
         if self._vector is None or self._vector_names != names:
             self._vector, self._vector_names = _request_vector(resources, names, self.requests), names
-        return self._vector.copy()
+        return self._vector
+
+    def task_vector(self, resources: ResourceIndex, names: tuple[str, ...], gpu: GpuRequest) -> Vector:
+        """The task's node-fit vector: :meth:`request_vector` with the GPU row counting whole devices only
+        (``gpu.count`` of a whole-GPU request, 0 for a shared one; MIG as asked). Read-only and shared by the
+        pod's tasks of every snapshot with these resource names (no copy per snapshot)."""
+        known = self._task_vector
+        if known is not None and known[0] == names and (known[1] is gpu or known[1] == gpu):
+            return known[2]
+        base = self.request_vector(resources, names)
+        # a shared device is accounted by its GPU group; -1: the GPU row as requested (MIG, none)
+        row = 0.0 if gpu.shared else float(gpu.count) if gpu.kind is GpuKind.WHOLE else -1.0
+        vector = _task_vector(base, row)
+        self._task_vector = (names, gpu, vector)
+        return vector
 
 
-#: request vectors (never mutated: pods get copies) by resource names and requests; pods of one workload ask alike
+#: request vectors (never mutated) by resource names and requests; pods of one workload ask alike
 _VECTORS: dict[tuple[tuple[str, ...], tuple[tuple[str, float], ...]], Vector] = {}
 _VECTORS_MAX = 4096
 
@@ -72,6 +107,25 @@ def _request_vector(resources: ResourceIndex, names: tuple[str, ...], requests: 
             _VECTORS.clear()
         _VECTORS[key] = v
     return v
+
+
+#: task vectors (read-only) by request vector and GPU row: (request vector, task vector) by (id of the first, row)
+_TASK_VECTORS: dict[tuple[int, float], tuple[Vector, Vector]] = {}
+
+
+def _task_vector(base: Vector, row: float) -> Vector:
+    key = (id(base), row)
+    known = _TASK_VECTORS.get(key)
+    if known is not None and known[0] is base:
+        return known[1]
+    vector = base.copy()
+    if row >= 0.0:
+        vector[GPU] = row
+    vector.flags.writeable = False
+    if len(_TASK_VECTORS) >= _VECTORS_MAX:
+        _TASK_VECTORS.clear()
+    _TASK_VECTORS[key] = (base, vector)
+    return vector
 
 
 _CACHE: dict[int, PodFacts] = {}  # by Pod identity; entries are checked against the pod, so races only miss
@@ -112,10 +166,19 @@ def forget_all() -> None:
 
 
 def retain(pods: list[Pod]) -> None:
-    """Forget the facts of every pod not in ``pods`` (called once per snapshot; keeps the cache bounded)."""
+    """Forget the facts of every pod not in ``pods`` once the cache holds a quarter more facts than that (called
+    once per snapshot: the cache stays within 1.25 times the latest snapshot's pods and the facts they add,
+    without a pass over every pod each cycle)."""
+    if len(_CACHE) <= stale_allowance(len(pods)):
+        return
     kept = {id(p): f for p in pods if (f := _CACHE.get(id(p))) is not None and f.pod is p}
     _CACHE.clear()
     _CACHE.update(kept)
+
+
+def stale_allowance(count: int) -> int:
+    """How many cached facts of ``count`` current objects a cache may hold before it drops the stale ones."""
+    return count + count // 4 + 64
 
 
 def _task_priority(pod: Pod) -> int | None:

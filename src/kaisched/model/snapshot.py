@@ -39,7 +39,7 @@ from kaisched.model.gpu import (
 from kaisched.model.gpu_sharing import PRIVATE_PREFIX
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
 from kaisched.model.node import NodeTable, forget_static_nodes
-from kaisched.model.pod_facts import PodFacts, forget_all, pod_facts, retain
+from kaisched.model.pod_facts import PodFacts, forget_all, pod_facts, retain, stale_allowance
 from kaisched.model.queue import QueueInfo, QueueTree
 from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, ResourceIndex, Vector
 from kaisched.model.segments import apply_segments
@@ -239,13 +239,22 @@ def _root_constraint(pg: PodGroup) -> TopologyConstraint | None:
                               preferred_level=ann.get(C.TOPOLOGY_PREFERRED_PLACEMENT_ANNOTATION, ""))
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class _PodGroupFacts:
     pod_group: PodGroup
     root_constraint: TopologyConstraint | None
     last_start: datetime | None
     stale_since: datetime | None
     errors: list[ObjectError]
+
+    # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
+    def __init__(self, pod_group: PodGroup, root_constraint: TopologyConstraint | None, last_start: datetime | None,
+                 stale_since: datetime | None, errors: list[ObjectError]) -> None:
+        self.pod_group = pod_group
+        self.root_constraint = root_constraint
+        self.last_start = last_start
+        self.stale_since = stale_since
+        self.errors = errors
 
 
 _PG_FACTS: dict[int, _PodGroupFacts] = {}  # by PodGroup object identity, for the latest snapshot's PodGroups
@@ -274,6 +283,9 @@ def forget_cached_facts() -> None:
 
 
 def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
+    """Forget the facts of PodGroups gone, when there are enough of them (see :func:`pod_facts.retain`)."""
+    if len(_PG_FACTS) <= stale_allowance(len(pod_groups)):
+        return
     kept = {id(pg): f for pg in pod_groups if (f := _PG_FACTS.get(id(pg))) is not None and f.pod_group is pg}
     _PG_FACTS.clear()
     _PG_FACTS.update(kept)
@@ -316,6 +328,7 @@ class SnapshotBuilder:
         self.now = now
         self.options = options
         self.errors: list[ObjectError] = list(parsed.errors)
+        self.segmented: set[str] = set()  # jobs with a pod asking for segments (segments.apply_segments)
 
     def build(self) -> Snapshot:
         parsed, now = self.parsed, self.now
@@ -323,7 +336,9 @@ class SnapshotBuilder:
         extra = set(node_extra)
         retain(parsed.pods)  # first: the facts of pods gone are dropped before new ones are made
         for pod in parsed.pods:
-            extra.update(pod_facts(pod).extended)
+            extended = pod_facts(pod).extended
+            if extended:
+                extra.update(extended)
         resources = ResourceIndex(extra)
         self.vector_names = tuple(resources.names)
         nodes = NodeTable(parsed.nodes, resources, gpu_memory, synced)
@@ -374,9 +389,11 @@ class SnapshotBuilder:
                 if task.job is None and not self._is_ours(pod) and nodes.schedulable[task.node]:
                     other_usage += task.quota_vector()
         for job in jobs.values():
-            apply_segments(job, self.errors)
+            if job.key in self.segmented:  # (a pod of the job asks for segments)
+                apply_segments(job, self.errors)
             for ps in job.pod_sets.values():
-                ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
+                if len(ps.tasks) > 1:
+                    ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
         total = nodes.allocatable[:3, nodes.schedulable].sum(axis=1) - other_usage
         total[GPU] = nodes.gpu_capacity[nodes.schedulable].sum() - other_usage[GPU]
         total = np.maximum(total, 0.0)
@@ -502,9 +519,10 @@ class SnapshotBuilder:
         status = task_status(pod)
         node = nodes.by_name.get(pod.node_name, -1) if pod.node_name else -1
         facts = pod_facts(pod)
+        gpu = self._gpu_request(facts, resources)
         task = TaskInfo(
             uid=facts.uid, name=meta.name, namespace=meta.namespace, pod=pod,
-            status=status, req=facts.vector(resources, self.vector_names),
+            status=status, req=facts.task_vector(resources, self.vector_names, gpu),
             creation=_ts(meta.creation_timestamp, self.now), node=node, node_name=pod.node_name,
             task_priority=facts.task_priority, host_ports=facts.host_ports, signature=facts.signature,
             labels=meta.labels, initial_status=status,
@@ -512,7 +530,7 @@ class SnapshotBuilder:
         if status in ACTIVE_USED and pod.node_name and node < 0:
             self.errors.append(ObjectError(_ref("Pod", meta), "spec.nodeName",
                                            f"node '{pod.node_name}' does not exist; the pod is not accounted"))
-        self._gpu(task, facts)
+        self._gpu(task, facts, gpu)
         if not self._is_ours(pod):
             return task if status in ACTIVE_USED else None
         pg_name = facts.group_name
@@ -541,27 +559,30 @@ class SnapshotBuilder:
                                    "profile as a container resource instead")
         task.job = job
         job.pod_sets[task.pod_set].tasks.append(task)
+        if C.SEGMENT_SIZE_ANNOTATION in meta.annotations:
+            self.segmented.add(job.key)
         return task
 
-    def _gpu(self, task: TaskInfo, facts: PodFacts) -> None:
-        """The task's GPU request (spec 7.1) and, when it runs on shared devices, its GPU groups."""
+    def _gpu_request(self, facts: PodFacts, resources: ResourceIndex) -> GpuRequest:
+        """The pod's GPU request (spec 7.1): parsed from our pods; another scheduler's pod holds the whole GPUs
+        its request vector counts."""
+        if not self._is_ours(facts.pod):
+            whole = float(facts.request_vector(resources, self.vector_names)[GPU])
+            return GpuRequest(GpuKind.WHOLE, int(whole)) if whole else NO_GPU
+        return facts.gpu[0]
+
+    def _gpu(self, task: TaskInfo, facts: PodFacts, gpu: GpuRequest) -> None:
+        """The task's GPU request (``gpu``, its vector already counts it) and, when it runs on shared devices,
+        its GPU groups."""
         self.gpu_error = None
         pod = facts.pod
-        if not self._is_ours(pod):
-            whole = float(task.req[GPU])
-            task.gpu = GpuRequest(GpuKind.WHOLE, int(whole)) if whole else NO_GPU
-        else:
-            gpu, err = facts.gpu
-            task.gpu = gpu
+        task.gpu = gpu
+        if self._is_ours(pod):
+            err = facts.gpu[1]
             if err is not None:
                 self.gpu_error = err
                 self.errors.append(ObjectError(_ref("Pod", pod.meta), err.field, err.message))
             task.legacy_mig = facts.legacy_mig
-        gpu = task.gpu
-        if gpu.shared:
-            task.req[GPU] = 0.0  # a shared device is accounted by its GPU group
-        elif gpu.kind is GpuKind.WHOLE:
-            task.req[GPU] = float(gpu.count)
         task.devices = float(task.req[GPU]) + (gpu.count if gpu.shared else 0)
         task.request_gpus = gpu.requested_gpus(self.min_gpu_memory)
         task.accepted_gpus = task.request_gpus
