@@ -303,10 +303,10 @@ def _place(
         histogram = FitHistogram.of(ssn, task, codes)
         return FitFailure(nodes.version, histogram.text(ssn, task, codes), codes, histogram)
     if nodes.any_releasing:
-        fits_idle = nodes.fits_task_at(task, indices, with_releasing=False)
+        cands = NodeCandidates(indices, nodes.fits_task_at(task, indices, with_releasing=False))
     else:  # nothing releasing anywhere: every candidate fits on idle resources
-        fits_idle = all_true(len(indices))
-    cands = NodeCandidates(indices, fits_idle)
+        cands = NodeCandidates(indices, all_true(len(indices)), True)
+    fits_idle = cands.fits_idle
     if len(indices) == 1:
         best = 0
     else:

@@ -26,12 +26,19 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class NodeCandidates:
     """Nodes that passed predicates and resource fit for one task (indices into the NodeTable)."""
 
     indices: IntArray
     fits_idle: BoolArray  # aligned with indices: fits without waiting for releasing resources
+    all_fit_idle: bool  # known to fit on idle resources everywhere (nothing releasing): fits_idle is all True
+
+    # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
+    def __init__(self, indices: IntArray, fits_idle: BoolArray, all_fit_idle: bool = False) -> None:
+        self.indices = indices
+        self.fits_idle = fits_idle
+        self.all_fit_idle = all_fit_idle
 
 
 JobKey = Callable[[PodGroupInfo], object]

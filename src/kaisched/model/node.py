@@ -40,6 +40,7 @@ BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 
 _ALL_TRUE: BoolArray = np.ones(0, dtype=np.bool_)
+_FILLED: dict[float, Vector] = {}
 
 
 def all_true(n: int) -> BoolArray:
@@ -49,6 +50,16 @@ def all_true(n: int) -> BoolArray:
         _ALL_TRUE = np.ones(max(n, 2 * len(_ALL_TRUE)), dtype=np.bool_)
         _ALL_TRUE.flags.writeable = False
     return _ALL_TRUE[:n]
+
+
+def filled(n: int, value: float) -> Vector:
+    """A read-only float array of ``n`` times ``value`` (a view of one kept array per value)."""
+    kept = _FILLED.get(value)
+    if kept is None or len(kept) < n:
+        kept = np.full(max(n, 2 * len(kept) if kept is not None else n), value, dtype=np.float64)
+        kept.flags.writeable = False
+        _FILLED[value] = kept
+    return kept[:n]
 
 
 # node conditions that make a node unusable when not False (KAI's node-condition check)
@@ -103,7 +114,8 @@ MAX_CHANGES_KEPT = 1 << 16
 class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
-    __slots__ = ("_changes", "_changes_base", "_new_devices", "_with_releasing", "allocatable", "any_releasing",
+    __slots__ = ("_changes", "_changes_base", "_new_devices", "_requested", "_with_releasing", "allocatable",
+                 "any_releasing",
                  "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing", "resources",
                  "schedulable", "shared", "touched", "version")
 
@@ -140,6 +152,7 @@ class NodeTable:
         # (version, with releasing, pod slots a task takes) -> new shared devices per node (new_gpu_slots)
         self._new_devices: tuple[tuple[int, bool, float], IntArray] | None = None
         self._with_releasing: tuple[int, Vector] | None = None  # (version, idle + releasing)
+        self._requested: dict[int, _Requested] = {}  # by id of a request vector (tasks that ask alike share one)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -254,16 +267,24 @@ class NodeTable:
             known = self._with_releasing = (self.version, self.idle + self.releasing)
         return known[1]
 
+    def _requested_rows(self, req: Vector) -> _Requested:
+        """The rows ``req`` asks for and what each must reach, remembered per request vector."""
+        known = self._requested.get(id(req))
+        if known is not None and known.req is req:
+            return known
+        if len(self._requested) >= REQUESTS_KEPT:
+            self._requested.clear()
+        known = self._requested[id(req)] = _Requested(req)
+        return known
+
     def fits(self, req: Vector, *, with_releasing: bool) -> BoolArray:
         """Nodes where ``req`` fits on idle (or idle + releasing) resources; only requested rows."""
-        rows = (req > 0).nonzero()[0]
-        if len(rows) == 0:
+        asked = self._requested_rows(req)
+        if asked.count == 0:
             return np.ones(len(self.names), dtype=np.bool_)
         avail = self.available(with_releasing=with_releasing)
-        if len(rows) == len(avail):  # every resource requested: no copy of the rows
-            everywhere: BoolArray = np.logical_and.reduce(avail >= (req - 1e-9)[:, None], axis=0)
-            return everywhere
-        mask: BoolArray = np.logical_and.reduce(avail[rows] >= (req[rows] - 1e-9)[:, None], axis=0)
+        # (adjacent rows are a view of the array, other rows a copy of theirs)
+        mask: BoolArray = np.logical_and.reduce(avail[asked.select] >= asked.floor, axis=0)
         return mask
 
     def fits_at(self, req: Vector, indices: IntArray, *, with_releasing: bool) -> BoolArray:
@@ -407,6 +428,26 @@ class NodeTable:
             free_idle = free_all = 0
         return self.shared.choose(task, node, free_idle, free_all - free_idle, slots, order_fns,
                                   prefer_immediate=not pipeline_only)
+
+
+#: request vectors whose rows a NodeTable remembers (tasks of one shape share their vector)
+REQUESTS_KEPT = 4096
+
+
+class _Requested:
+    """A request vector's requested rows (``select``: a slice when they are adjacent), and per row the least
+    a node must have (``floor``: the request less the tolerance, as a column)."""
+
+    __slots__ = ("count", "floor", "req", "select")
+
+    def __init__(self, req: Vector) -> None:
+        rows = (req > 0).nonzero()[0]
+        self.req = req
+        self.count = len(rows)
+        self.select: IntArray | slice = rows
+        if self.count and int(rows[-1]) - int(rows[0]) == self.count - 1:
+            self.select = slice(int(rows[0]), int(rows[-1]) + 1)
+        self.floor: Vector = (req[rows] - 1e-9)[:, None]
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from kaisched.framework.config import ConfigError
 from kaisched.framework.plugin import NodeCandidates, Plugin
 from kaisched.framework.session import Session
 from kaisched.model.gpu import GpuKind
+from kaisched.model.node import filled
 from kaisched.model.resources import CPU, GPU, Vector
 from kaisched.model.task import TaskInfo
 
@@ -32,6 +33,8 @@ class NodeAvailabilityPlugin(Plugin):
 
     @staticmethod
     def score(task: TaskInfo, cands: NodeCandidates) -> Vector:
+        if cands.all_fit_idle:  # (the same values, read-only: scores are summed into new arrays)
+            return filled(len(cands.indices), AVAILABILITY_SCORE)
         return np.asarray(cands.fits_idle, dtype=np.float64) * AVAILABILITY_SCORE
 
 
