@@ -130,3 +130,29 @@ def test_priority_from_global_default_priority_class_and_fallback_50() -> None:
     ssn = open_session(node("a", 1), queue("q"), job("x", 1, gpus=1, priority_class="no-such-class"))
     j = next(iter(ssn.jobs.values()))
     assert (j.priority, j.preemptible) == (50, True)
+
+
+def test_committing_allocations_binds_them_in_place() -> None:
+    """Allocated and Binding are accounted alike: a commit turns allocations into binds without touching
+    the nodes (their accounting and version stay, so fits remembered for them stay valid) or the queues."""
+    shared_pod = pod("shared-0", group="shared")
+    shared_pod["metadata"]["annotations"]["gpu-fraction"] = "0.5"
+    ssn = open_session(node("a", 4), queue("q", gpu=4), job("whole", 2, gpus=1),
+                       pod_group("shared", min_member=1), shared_pod)
+    stmt = Statement(ssn)
+    a = ssn.nodes.by_name["a"]
+    stmt.allocate(task(ssn, "whole-0"), a)
+    stmt.allocate(task(ssn, "whole-1"), a)
+    shared = task(ssn, "shared-0")
+    choice = ssn.nodes.choose_gpus(shared, a, ssn.gpu_order_fns, pipeline_only=False)
+    assert choice is not None
+    stmt.allocate(shared, a, choice.groups)
+    before, version = state(ssn), ssn.nodes.version
+    groups = {name: (g.allocated, g.n_active) for name, g in ssn.nodes.shared.groups[a].items()}
+    stmt.commit()
+    assert [t.name for t in ssn.binds] == ["whole-0", "whole-1", "shared-0"]
+    assert all(task(ssn, n).status is TaskStatus.BINDING for n in ("whole-0", "whole-1", "shared-0"))
+    after = state(ssn)
+    assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1]) and before[3] == after[3]
+    assert ssn.nodes.version == version
+    assert {name: (g.allocated, g.n_active) for name, g in ssn.nodes.shared.groups[a].items()} == groups

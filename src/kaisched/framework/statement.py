@@ -200,11 +200,11 @@ class Statement:
                 continue
             task = op.task
             if op.kind is OpKind.ALLOCATE:
-                ssn.nodes.remove_task(task, task.node)
-                ssn.fire_deallocate(task)
+                # Allocated and Binding are accounted alike everywhere (both take idle resources on the node
+                # and a member's place on its shared devices, both count for the queue): the status changes
+                # in place, without taking the task off its node and putting it back (which changed nothing
+                # but the node's version, so every fit remembered for the node was checked again)
                 task.status = TaskStatus.BINDING
-                ssn.nodes.add_task(task, task.node)
-                ssn.fire_allocate(task)
                 if task.job is not None:
                     task.job.version += 1
                 ssn.record_bind(task)
