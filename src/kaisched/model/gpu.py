@@ -150,10 +150,8 @@ def _ann_field(key: str) -> str:
 
 def legacy_mig_annotation(pod: Pod) -> str | None:
     """A MIG profile given as a pod annotation (the legacy form KAI refuses to schedule)."""
-    for key in sorted(pod.meta.annotations):
-        if key.startswith(C.MIG_RESOURCE_PREFIX):
-            return key
-    return None
+    found = [key for key in pod.meta.annotations if key.startswith(C.MIG_RESOURCE_PREFIX)]
+    return min(found) if found else None  # (the first in sorted order)
 
 
 #: GPU requests read so far, by everything they are read from (pods of one workload ask alike)

@@ -289,18 +289,14 @@ class NodeTable:
 
     def fits_at(self, req: Vector, indices: IntArray, *, with_releasing: bool) -> BoolArray:
         """:meth:`fits` on the nodes ``indices`` only (aligned with them)."""
-        rows = (req > 0).nonzero()[0]
-        if len(rows) == 0:
+        asked = self._requested_rows(req)
+        if asked.count == 0:
             return np.ones(len(indices), dtype=np.bool_)
-        every_row = len(rows) == len(self.idle)
-
-        def columns(values: Vector) -> Vector:
-            taken: Vector = values.take(indices, axis=1) if every_row else \
-                values.take(rows, axis=0).take(indices, axis=1)
-            return taken
-        avail = columns(self.idle) + columns(self.releasing) if with_releasing and self.any_releasing \
-            else columns(self.idle)
-        out: BoolArray = np.logical_and.reduce(avail >= ((req if every_row else req[rows]) - 1e-9)[:, None], axis=0)
+        rows = asked.select
+        avail = self.idle[rows].take(indices, axis=1)
+        if with_releasing and self.any_releasing:
+            avail = avail + self.releasing[rows].take(indices, axis=1)
+        out: BoolArray = np.logical_and.reduce(avail >= asked.floor, axis=0)
         return out
 
     # ---- shared GPUs (spec 7.2) -----------------------------------------------------------------------
@@ -403,18 +399,19 @@ class NodeTable:
     def lacking(self, task: TaskInfo, at: IntArray | None = None) -> IntArray:
         """Per node (of ``at``, when given): bit i set when, even with releasing resources, it lacks the i-th
         of :meth:`lacking_names` (0: the task fits there by resources)."""
-        rows = (task.req > 0).nonzero()[0]
+        asked = self._requested_rows(task.req)
+        rows = asked.select
         if at is None:
             avail = self.available(with_releasing=True)[rows]
         else:
-            avail = self.idle.take(rows, axis=0).take(at, axis=1)
+            avail = self.idle[rows].take(at, axis=1)
             if self.any_releasing:
-                avail = avail + self.releasing.take(rows, axis=0).take(at, axis=1)
-        below = avail < (task.req[rows] - 1e-9)[:, None]
-        bits: IntArray = np.add.reduce(below.astype(np.int64) << np.arange(len(rows), dtype=np.int64)[:, None], axis=0)
+                avail = avail + self.releasing[rows].take(at, axis=1)
+        below = avail < asked.floor
+        bits: IntArray = np.add.reduce(below.astype(np.int64) << asked.shifts, axis=0)
         if task.gpu.shared:
             no_devices = ~self.shared_gpu_fit(task, with_releasing=True, at=at)
-            bits |= no_devices.astype(np.int64) << len(rows)
+            bits |= no_devices.astype(np.int64) << asked.count
         return bits
 
     def choose_gpus(self, task: TaskInfo, node: int, order_fns: list[GpuOrderFn], *, pipeline_only: bool
@@ -438,7 +435,7 @@ class _Requested:
     """A request vector's requested rows (``select``: a slice when they are adjacent), and per row the least
     a node must have (``floor``: the request less the tolerance, as a column)."""
 
-    __slots__ = ("count", "floor", "req", "select")
+    __slots__ = ("count", "floor", "req", "select", "shifts")
 
     def __init__(self, req: Vector) -> None:
         rows = (req > 0).nonzero()[0]
@@ -448,6 +445,7 @@ class _Requested:
         if self.count and int(rows[-1]) - int(rows[0]) == self.count - 1:
             self.select = slice(int(rows[0]), int(rows[-1]) + 1)
         self.floor: Vector = (req[rows] - 1e-9)[:, None]
+        self.shifts: IntArray = np.arange(self.count, dtype=np.int64)[:, None]  # row i: bit i (NodeTable.lacking)
 
 
 @dataclass(slots=True)
