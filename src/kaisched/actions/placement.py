@@ -71,15 +71,17 @@ class FitHistogram:
                 by_lacking = {v + 1: int(per_value[v + 1]) for v in np.flatnonzero(per_value[1:]).tolist()}
         return cls(by_code, names, bits, by_lacking)
 
-    def still_failing(self, nodes: NodeTable, task: TaskInfo, at: IntArray) -> bool:
-        """Count the nodes ``at`` (every predicate passes them; their accounting changed) anew; False, with
+    def recount(self, nodes: NodeTable, task: TaskInfo, at: IntArray) -> int:
+        """Count the nodes ``at`` (every predicate passes them; their accounting changed) anew: how many of them
+        now lack another combination of resources (0: the counts, hence the text, are as they were); -1, with
         nothing changed, when the task fits on one of them now."""
         new = nodes.lacking(task, at)
         if not np.logical_and.reduce(new):
-            return False
+            return -1
         bits, counts = self.bits, self.by_lacking
         if bits is None:  # nothing requested: the task would fit wherever the predicates pass
-            return False
+            return -1
+        recounted = 0
         for j, old, value in zip(at.tolist(), bits[at].tolist(), new.tolist(), strict=True):
             if old == value:
                 continue
@@ -91,7 +93,8 @@ class FitHistogram:
                     del counts[old]
             counts[value] = counts.get(value, 0) + 1
             bits[j] = value
-        return True
+            recounted += 1
+        return recounted
 
     def text(self, ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
         if len(ssn.nodes) == 0:
@@ -230,10 +233,12 @@ def recheck_failure(ssn: Session, task: TaskInfo, known: FitFailure) -> bool:
         if histogram is None:
             if np.logical_or.reduce(nodes.fits_task_at(task, at, with_releasing=True)):
                 return False
-        elif not histogram.still_failing(nodes, task, at):
-            return False
         else:
-            known.detail = histogram.text(ssn, task, codes)
+            recounted = histogram.recount(nodes, task, at)
+            if recounted < 0:
+                return False
+            if recounted:  # (the text is made of the counts only)
+                known.detail = histogram.text(ssn, task, codes)
     known.version = nodes.version
     return True
 

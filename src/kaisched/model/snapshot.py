@@ -460,7 +460,7 @@ class SnapshotBuilder:
             queue=pg.queue, priority=priority, preemptible=preemptible,
             creation=_ts(meta.creation_timestamp, self.now), pod_group=pg, pod_sets=pod_sets,
             last_start=facts.last_start, stale_since=facts.stale_since, root=root,
-            has_topology=root.has_constraint(pod_sets),
+            has_topology=root.has_constraint(pod_sets) if pg.sub_groups else root.constraint is not None,
         )
         queue = tree.queues.get(pg.queue)
         if queue is not None and queue.is_leaf and pg.queue not in dropped:  # (most jobs)
