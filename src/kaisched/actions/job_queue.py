@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Mapping
+from operator import itemgetter
 
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo
@@ -82,7 +83,7 @@ class JobsQueue:
             by_leaf.setdefault(job.queue, []).append(job)
         key = ssn.cached_job_order_key
         for leaf_jobs in by_leaf.values():
-            keyed = sorted(((key(job), job) for job in leaf_jobs), key=lambda e: e[0])
+            keyed = sorted([(key(job), job) for job in leaf_jobs], key=itemgetter(0))
             if depth is not None:
                 keyed = keyed[:depth]  # the best `depth` jobs of each queue (see compatibility.md)
             node = self._nodes[leaf_jobs[0].queue]

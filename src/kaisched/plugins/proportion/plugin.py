@@ -82,13 +82,13 @@ def _vec(v: Vector) -> Vec3:
 
 
 def _le(a: Vec3, b: Vec3) -> bool:
-    """a <= b in all resources, -1 meaning infinity on either side."""
-    for x, y in zip(a, b, strict=True):
-        if y == UNLIMITED:
-            continue
-        if x == UNLIMITED or x > y + EPS:
-            return False
-    return True
+    """a <= b in all resources, -1 meaning infinity on either side. (The three resources written out: every
+    queue-order key asks.)"""
+    return _le1(a[0], b[0]) and _le1(a[1], b[1]) and _le1(a[2], b[2])
+
+
+def _le1(x: float, y: float) -> bool:
+    return y == UNLIMITED or (x != UNLIMITED and not x > y + EPS)  # (not <=: alike for NaN too)
 
 
 def job_request(tasks: list[TaskInfo]) -> Vec3:
