@@ -159,16 +159,19 @@ _READ: dict[tuple[object, ...], tuple[GpuRequest, GpuRequestError | None]] = {}
 _READ_MAX = 4096
 
 
-def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None) -> tuple[GpuRequest,
-                                                                                     GpuRequestError | None]:
+def parse_gpu_request(pod: Pod, requests: Mapping[str, float] | None = None,
+                      request_items: tuple[tuple[str, float], ...] | None = None
+                      ) -> tuple[GpuRequest, GpuRequestError | None]:
     """The pod's GPU request, or the best reading of it and the first validation error (spec 7.1).
-    ``requests``: the pod's effective requests when already computed. (Remembered by what it is read from:
-    the requests, the GPU annotations and, when one is named, the container names.)"""
+    ``requests``: the pod's effective requests when already computed (``request_items``: as a tuple).
+    (Remembered by what it is read from: the requests, the GPU annotations and, when one is named, the
+    container names.)"""
     ann = pod.meta.annotations
     if requests is None:
         requests = pod.requests
     container = ann.get(C.GPU_FRACTION_CONTAINER_NAME_ANNOTATION, "")
-    key = (tuple(requests.items()), ann.get(C.GPU_FRACTION_ANNOTATION), ann.get(C.GPU_MEMORY_ANNOTATION),
+    items = request_items if request_items is not None else tuple(requests.items())
+    key = (items, ann.get(C.GPU_FRACTION_ANNOTATION), ann.get(C.GPU_MEMORY_ANNOTATION),
            ann.get(C.GPU_FRACTION_NUM_DEVICES_ANNOTATION), ann.get(C.MPS_ANNOTATION, ""), container,
            tuple(c.name for c in (*pod.containers, *pod.init_containers)) if container else ())
     known = _READ.get(key)

@@ -36,6 +36,7 @@ class PodFacts:
     _vector: Vector | None
     _vector_names: tuple[str, ...]
     _task_vector: tuple[tuple[str, ...], GpuRequest, Vector] | None  # (names, GPU request, task_vector)
+    _request_items: tuple[tuple[str, float], ...] | None
 
     # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
     def __init__(self, pod: Pod, requests: dict[str, float], extended: tuple[str, ...],
@@ -55,12 +56,13 @@ class PodFacts:
         self._vector = None
         self._vector_names = ()
         self._task_vector = None
+        self._request_items = None
 
     @property
     def gpu(self) -> tuple[GpuRequest, GpuRequestError | None]:
         """The pod's GPU request and its first validation error (:func:`parse_gpu_request`)."""
         if self._gpu is None:
-            self._gpu = parse_gpu_request(self.pod, self.requests)
+            self._gpu = parse_gpu_request(self.pod, self.requests, self.request_items())
         return self._gpu
 
     @property
@@ -70,11 +72,19 @@ class PodFacts:
             self._legacy_mig = legacy_mig_annotation(self.pod) is not None and not self.gpu[0].any
         return self._legacy_mig
 
+    def request_items(self) -> tuple[tuple[str, float], ...]:
+        """The requests as a tuple (both request memos are keyed by it), made once."""
+        items = self._request_items
+        if items is None:
+            items = self._request_items = tuple(self.requests.items())
+        return items
+
     def request_vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
         """The pod's request vector in ``resources`` order (``names`` = its names), pods: 1 (shared: never
         mutate)."""
         if self._vector is None or self._vector_names != names:
-            self._vector, self._vector_names = _request_vector(resources, names, self.requests), names
+            self._vector, self._vector_names = _request_vector(resources, names, self.requests,
+                                                               self.request_items()), names
         return self._vector
 
     def task_vector(self, resources: ResourceIndex, names: tuple[str, ...], gpu: GpuRequest) -> Vector:
@@ -97,8 +107,9 @@ _VECTORS: dict[tuple[tuple[str, ...], tuple[tuple[str, float], ...]], Vector] = 
 _VECTORS_MAX = 4096
 
 
-def _request_vector(resources: ResourceIndex, names: tuple[str, ...], requests: dict[str, float]) -> Vector:
-    key = (names, tuple(requests.items()))
+def _request_vector(resources: ResourceIndex, names: tuple[str, ...], requests: dict[str, float],
+                    items: tuple[tuple[str, float], ...]) -> Vector:
+    key = (names, items)
     v = _VECTORS.get(key)
     if v is None:
         v = resources.vector(requests)

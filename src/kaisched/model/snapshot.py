@@ -335,18 +335,19 @@ class SnapshotBuilder:
         node_extra, gpu_memory, synced, min_gpu_memory = _node_facts(parsed.nodes)
         extra = set(node_extra)
         retain(parsed.pods)  # first: the facts of pods gone are dropped before new ones are made
+        ungrouped: list[Pod] = []  # our pods without a PodGroup (KAI's default grouper gives them one each)
         for pod in parsed.pods:
-            extended = pod_facts(pod).extended
-            if extended:
-                extra.update(extended)
+            facts = pod_facts(pod)
+            if facts.extended:
+                extra.update(facts.extended)
+            if facts.group_name is None and self._is_ours(pod):
+                ungrouped.append(pod)
         resources = ResourceIndex(extra)
         self.vector_names = tuple(resources.names)
         nodes = NodeTable(parsed.nodes, resources, gpu_memory, synced)
 
         queue_objs = list(parsed.queues)
         pg_queue_names = {pg.queue for pg in parsed.pod_groups}
-        ungrouped = [p for p in parsed.pods if self._is_ours(p) and C.POD_GROUP_NAME_ANNOTATION not in
-                     p.meta.annotations]
         if ungrouped:
             pg_queue_names.update(self._queue_of_pod(p) for p in ungrouped)
         if C.DEFAULT_QUEUE_NAME in pg_queue_names and not any(

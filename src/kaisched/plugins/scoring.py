@@ -110,8 +110,11 @@ class NodePlacementPlugin(Plugin):
         lo, hi = float(np.minimum.reduce(non_alloc)), float(np.maximum.reduce(non_alloc))
         if hi == lo:
             out = np.full(len(idx), MAX_HIGH_DENSITY_SCORE)
-        else:
-            out = MAX_HIGH_DENSITY_SCORE * (1.0 - (non_alloc - lo) / (hi - lo))
+        else:  # MAX * (1 - (x - lo) / (hi - lo)), the same operations in place
+            out = non_alloc - lo
+            out /= hi - lo
+            np.subtract(1.0, out, out=out)
+            out *= MAX_HIGH_DENSITY_SCORE
         if not self.all_have[r]:
             out[self.without[r].take(idx)] = 0.0
         return out
