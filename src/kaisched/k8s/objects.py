@@ -186,6 +186,8 @@ class Pod:
 
     @property
     def host_ports(self) -> tuple[ContainerPort, ...]:
+        if len(self.containers) == 1 and not self.containers[0].ports:  # (the common pod: one container, no ports)
+            return ()
         return tuple(p for c in self.containers for p in c.ports if p.host_port)
 
 

@@ -520,7 +520,8 @@ class SnapshotBuilder:
         status = task_status(pod)
         node = nodes.by_name.get(pod.node_name, -1) if pod.node_name else -1
         facts = pod_facts(pod)
-        gpu = self._gpu_request(facts, resources)
+        ours = pod.scheduler_name == self.options.scheduler_name
+        gpu = self._gpu_request(facts, resources, ours)
         task = TaskInfo(
             uid=facts.uid, name=meta.name, namespace=meta.namespace, pod=pod,
             status=status, req=facts.task_vector(resources, self.vector_names, gpu),
@@ -531,8 +532,8 @@ class SnapshotBuilder:
         if status in ACTIVE_USED and pod.node_name and node < 0:
             self.errors.append(ObjectError(_ref("Pod", meta), "spec.nodeName",
                                            f"node '{pod.node_name}' does not exist; the pod is not accounted"))
-        self._gpu(task, facts, gpu)
-        if not self._is_ours(pod):
+        self._gpu(task, facts, gpu, ours)
+        if not ours:
             return task if status in ACTIVE_USED else None
         pg_name = facts.group_name
         if pg_name is None:
@@ -564,27 +565,31 @@ class SnapshotBuilder:
             self.segmented.add(job.key)
         return task
 
-    def _gpu_request(self, facts: PodFacts, resources: ResourceIndex) -> GpuRequest:
+    def _gpu_request(self, facts: PodFacts, resources: ResourceIndex, ours: bool) -> GpuRequest:
         """The pod's GPU request (spec 7.1): parsed from our pods; another scheduler's pod holds the whole GPUs
         its request vector counts."""
-        if not self._is_ours(facts.pod):
+        if not ours:
             whole = float(facts.request_vector(resources, self.vector_names)[GPU])
             return GpuRequest(GpuKind.WHOLE, int(whole)) if whole else NO_GPU
         return facts.gpu[0]
 
-    def _gpu(self, task: TaskInfo, facts: PodFacts, gpu: GpuRequest) -> None:
+    def _gpu(self, task: TaskInfo, facts: PodFacts, gpu: GpuRequest, ours: bool) -> None:
         """The task's GPU request (``gpu``, its vector already counts it) and, when it runs on shared devices,
         its GPU groups."""
         self.gpu_error = None
         pod = facts.pod
         task.gpu = gpu
-        if self._is_ours(pod):
+        if ours:
             err = facts.gpu[1]
             if err is not None:
                 self.gpu_error = err
                 self.errors.append(ObjectError(_ref("Pod", pod.meta), err.field, err.message))
             task.legacy_mig = facts.legacy_mig
-        task.devices = float(task.req[GPU]) + (gpu.count if gpu.shared else 0)
+        # whole devices the vector counts (none for shared ones), plus each shared device
+        if gpu.shared or gpu.kind is GpuKind.WHOLE:
+            task.devices = float(gpu.count)
+        else:
+            task.devices = float(task.req[GPU])
         task.request_gpus = gpu.requested_gpus(self.min_gpu_memory)
         task.accepted_gpus = task.request_gpus
         if gpu.shared and task.status in ACTIVE_USED and task.node >= 0:
