@@ -115,9 +115,8 @@ class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
     __slots__ = ("_changes", "_changes_base", "_new_devices", "_requested", "_with_releasing", "allocatable",
-                 "any_releasing",
-                 "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing", "resources",
-                 "schedulable", "shared", "touched", "version")
+                 "any_releasing", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
+                 "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None) -> None:

@@ -3,8 +3,10 @@
 Pods are frozen: the same object always yields the same requests, GPU request, host ports and scheduling
 signature. A cycle over a cluster where little changed (the simulator's next cycle, Kubernetes mode's next
 snapshot) reuses them instead of re-deriving them for every running pod; the cost of a snapshot then grows
-with the pods that changed, not with all pods. Facts are kept for the pods of the latest snapshots only
-(:func:`retain`), checked by identity, so a replaced Pod object is never served stale facts.
+with the pods that changed, not with all pods. Facts are kept for the pods of the latest snapshots, and for a
+few gone ones until they are a quarter of them (:func:`retain`), checked by identity, so a replaced Pod object is
+never served stale facts. A task's fit vector (:meth:`PodFacts.task_vector`) is kept with them, read-only and
+shared by the pods that ask alike.
 """
 
 from __future__ import annotations
