@@ -59,6 +59,8 @@ def uuid5_text(name: str) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80
     h = digest.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 NO_FIT = -1.0
 # devices of running shared pods that carry no GPU-group label: named "<PRIVATE_PREFIX><pod uid>:<i>" (a
 # colon never appears in a label value, so no pod can name them); nobody else may join them

@@ -82,63 +82,51 @@ class PodFacts:
         return items
 
     def request_vector(self, resources: ResourceIndex, names: tuple[str, ...]) -> Vector:
-        """The pod's request vector in ``resources`` order (``names`` = its names), pods: 1 (shared: never
-        mutate)."""
+        """The pod's request vector in ``resources`` order (``names`` = its names), pods: 1 (read-only, shared
+        by the pods that ask alike)."""
         if self._vector is None or self._vector_names != names:
-            self._vector, self._vector_names = _request_vector(resources, names, self.requests,
-                                                               self.request_items()), names
+            self._vector = _request_vector(resources, names, self.requests, self.request_items(), AS_REQUESTED)
+            self._vector_names = names
         return self._vector
 
     def task_vector(self, resources: ResourceIndex, names: tuple[str, ...], gpu: GpuRequest) -> Vector:
         """The task's node-fit vector: :meth:`request_vector` with the GPU row counting whole devices only
-        (``gpu.count`` of a whole-GPU request, 0 for a shared one; MIG as asked). Read-only and shared by the
-        pod's tasks of every snapshot with these resource names (no copy per snapshot)."""
+        (``gpu.count`` of a whole-GPU request, 0 for a shared one: its devices are accounted by their GPU groups;
+        MIG as asked). Read-only and shared like the request vector (no copy per task per snapshot)."""
         known = self._task_vector
         if known is not None and known[0] == names and (known[1] is gpu or known[1] == gpu):
             return known[2]
-        base = self.request_vector(resources, names)
-        # a shared device is accounted by its GPU group; -1: the GPU row as requested (MIG, none)
-        row = 0.0 if gpu.shared else float(gpu.count) if gpu.kind is GpuKind.WHOLE else -1.0
-        vector = _task_vector(base, row)
+        row = 0.0 if gpu.shared else float(gpu.count) if gpu.kind is GpuKind.WHOLE else AS_REQUESTED
+        vector = _request_vector(resources, names, self.requests, self.request_items(), row)
         self._task_vector = (names, gpu, vector)
         return vector
 
 
-#: request vectors (never mutated) by resource names and requests; pods of one workload ask alike
-_VECTORS: dict[tuple[tuple[str, ...], tuple[tuple[str, float], ...]], Vector] = {}
+#: the GPU row of a request vector as the pod asks (in :func:`_request_vector`)
+AS_REQUESTED = -1.0
+#: request vectors (read-only) by resource names, requests and GPU row; pods of one workload ask alike
+_VECTORS: dict[tuple[tuple[str, ...], tuple[tuple[str, float], ...], float], Vector] = {}
 _VECTORS_MAX = 4096
 
 
 def _request_vector(resources: ResourceIndex, names: tuple[str, ...], requests: dict[str, float],
-                    items: tuple[tuple[str, float], ...]) -> Vector:
-    key = (names, items)
+                    items: tuple[tuple[str, float], ...], gpu_row: float) -> Vector:
+    """The requests as a vector in ``resources`` order, pods: 1, and the GPU row ``gpu_row`` unless it is
+    :data:`AS_REQUESTED`."""
+    key = (names, items, gpu_row)
     v = _VECTORS.get(key)
     if v is None:
-        v = resources.vector(requests)
-        v[PODS] = 1.0
+        if gpu_row == AS_REQUESTED:
+            v = resources.vector(requests)
+            v[PODS] = 1.0
+        else:
+            v = _request_vector(resources, names, requests, items, AS_REQUESTED).copy()
+            v[GPU] = gpu_row
+        v.flags.writeable = False
         if len(_VECTORS) >= _VECTORS_MAX:
             _VECTORS.clear()
         _VECTORS[key] = v
     return v
-
-
-#: task vectors (read-only) by request vector and GPU row: (request vector, task vector) by (id of the first, row)
-_TASK_VECTORS: dict[tuple[int, float], tuple[Vector, Vector]] = {}
-
-
-def _task_vector(base: Vector, row: float) -> Vector:
-    key = (id(base), row)
-    known = _TASK_VECTORS.get(key)
-    if known is not None and known[0] is base:
-        return known[1]
-    vector = base.copy()
-    if row >= 0.0:
-        vector[GPU] = row
-    vector.flags.writeable = False
-    if len(_TASK_VECTORS) >= _VECTORS_MAX:
-        _TASK_VECTORS.clear()
-    _TASK_VECTORS[key] = (base, vector)
-    return vector
 
 
 _CACHE: dict[int, PodFacts] = {}  # by Pod identity; entries are checked against the pod, so races only miss

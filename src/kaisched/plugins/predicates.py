@@ -25,8 +25,8 @@ from kaisched.k8s.objects import (
 )
 from kaisched.model.gpu import GpuKind, GpuRequest
 from kaisched.model.job import FitError
-from kaisched.model.node import REQUESTS_KEPT, NodeInfo
-from kaisched.model.resources import CPU, GPU, MEMORY, Vector
+from kaisched.model.node import NodeInfo
+from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
 
@@ -151,8 +151,6 @@ class PredicatesPlugin(Plugin):
         n = len(ssn.nodes)
         self._static: dict[tuple[object, ...], Codes | None] = {}
         self._too_big: dict[tuple[bytes, GpuRequest], bool] = {}  # request -> larger than any node (max_node_resources)
-        # the same by request vector object: id -> (vector, GPU request, larger than any node)
-        self._too_big_of: dict[int, tuple[Vector, GpuRequest, bool]] = {}
         self._label_values: dict[str, npt.NDArray[np.object_]] = {}
         # node conditions never change within a session
         cond = np.zeros(n, dtype=np.int32)
@@ -185,21 +183,13 @@ class PredicatesPlugin(Plugin):
         """The task asks for more than any node has (of a resource, or of shared GPU devices); the answer
         depends on the task's requests and the nodes' allocatable resources only: whether it is too big is
         remembered per request (vector and GPU request), the error (it names the pod) made per task."""
-        req = task.req
-        known = self._too_big_of.get(id(req))  # (tasks that ask alike share their request vector)
-        if known is not None and known[0] is req and known[1] is task.gpu:
-            return self._larger_than_any_node(task) if known[2] else None
-        shape = (req.tobytes(), task.gpu)
+        shape = (task.req.tobytes(), task.gpu)
         too_big = self._too_big.get(shape)
         if too_big is None:
             error = self._larger_than_any_node(task)
-            too_big = self._too_big[shape] = error is not None
-        else:
-            error = self._larger_than_any_node(task) if too_big else None
-        if len(self._too_big_of) >= REQUESTS_KEPT:
-            self._too_big_of.clear()
-        self._too_big_of[id(req)] = (req, task.gpu, too_big)
-        return error
+            self._too_big[shape] = error is not None
+            return error
+        return self._larger_than_any_node(task) if too_big else None
 
     def _larger_than_any_node(self, task: TaskInfo) -> FitError | None:
         too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
