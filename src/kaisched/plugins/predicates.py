@@ -26,7 +26,7 @@ from kaisched.k8s.objects import (
 from kaisched.model.gpu import GpuKind, GpuRequest
 from kaisched.model.job import FitError
 from kaisched.model.node import NodeInfo
-from kaisched.model.resources import CPU, GPU, MEMORY
+from kaisched.model.resources import CPU, GPU, MEMORY, Vector
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
 
@@ -150,7 +150,8 @@ class PredicatesPlugin(Plugin):
         self.nodes = ssn.nodes
         n = len(ssn.nodes)
         self._static: dict[tuple[object, ...], Codes | None] = {}
-        self._too_big: dict[tuple[bytes, GpuRequest], bool] = {}  # request -> larger than any node (max_node_resources)
+        # (id of a request vector, GPU request) -> (the vector, larger than any node) (max_node_resources)
+        self._too_big: dict[tuple[int, GpuRequest], tuple[Vector, bool]] = {}
         self._label_values: dict[str, npt.NDArray[np.object_]] = {}
         # node conditions never change within a session
         cond = np.zeros(n, dtype=np.int32)
@@ -182,14 +183,15 @@ class PredicatesPlugin(Plugin):
     def max_node_resources(self, task: TaskInfo) -> FitError | None:
         """The task asks for more than any node has (of a resource, or of shared GPU devices); the answer
         depends on the task's requests and the nodes' allocatable resources only: whether it is too big is
-        remembered per request (vector and GPU request), the error (it names the pod) made per task."""
-        shape = (task.req.tobytes(), task.gpu)
-        too_big = self._too_big.get(shape)
-        if too_big is None:
+        remembered per request (vector object — tasks that ask alike share theirs — and GPU request), the error
+        (it names the pod) made per task."""
+        req = task.req
+        known = self._too_big.get((id(req), task.gpu))
+        if known is None or known[0] is not req:
             error = self._larger_than_any_node(task)
-            self._too_big[shape] = error is not None
+            self._too_big[(id(req), task.gpu)] = (req, error is not None)  # (the vector kept: its id stays its)
             return error
-        return self._larger_than_any_node(task) if too_big else None
+        return self._larger_than_any_node(task) if known[1] else None
 
     def _larger_than_any_node(self, task: TaskInfo) -> FitError | None:
         too_big = np.flatnonzero(task.req > self._max_alloc + 1e-9)
