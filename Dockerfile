@@ -1,11 +1,18 @@
 # kaisched container image: `kaisched run` in a Kubernetes cluster (see docs/install.md).
 #   docker build -t <registry>/kaisched:0.1.0 .
-# The first stage builds wheels of kaisched and its pinned dependencies; the runtime image installs them
-# without build tools and runs as an unprivileged user (uid/gid 10001, as in deploy/scheduler.yaml).
+# The first stage builds wheels of kaisched and its pinned dependencies: kaisched's carries the scheduling core
+# compiled with mypyc (hatch_build.py, docs/performance.md), hence the C compiler there; the runtime image installs
+# the wheels without build tools and runs as an unprivileged user (uid/gid 10001, as in deploy/scheduler.yaml).
+# `--build-arg KAISCHED_PURE_PYTHON=1` builds the interpreted core instead (same decisions, about half the speed).
 FROM python:3.11-slim AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+ARG KAISCHED_PURE_PYTHON=
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 KAISCHED_PURE_PYTHON=${KAISCHED_PURE_PYTHON}
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
+COPY scripts/compiled.sh ./scripts/
 COPY src ./src
 RUN pip wheel --wheel-dir /wheels .
 

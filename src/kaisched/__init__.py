@@ -7,9 +7,8 @@ The shortest useful example::
     print(result.to_dict()["binds"])
 """
 
-from kaisched.actions import allocate as _a_core_module
 from kaisched.actions.registry import ACTIONS as _ACTIONS
-from kaisched.cluster.schedule import schedule
+from kaisched.cluster.schedule import compiled_core, schedule
 from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams
 from kaisched.framework.result import CycleResult
 from kaisched.k8s.loader import load_documents, load_objects
@@ -20,9 +19,9 @@ ACTIONS: tuple[str, ...] = tuple(_ACTIONS)
 
 
 def compiled() -> bool:
-    """The scheduling core was imported compiled with mypyc (``PYTHONPATH=build/compiled``,
+    """The scheduling core was imported compiled with mypyc (a wheel's core, or ``PYTHONPATH=build/compiled``:
     docs/performance.md), not from its sources."""
-    return not (_a_core_module.__file__ or "").endswith(".py")
+    return compiled_core()
 
 
 __all__ = [

@@ -29,6 +29,7 @@ from typing import Any
 import httpx2
 import pytest
 
+import kaisched
 from tests.kube.apiserver import KubeApiServer, apiserver_binary, cache_dir, free_port
 from tests.kube.contract_helpers import (
     GPU,
@@ -458,7 +459,8 @@ def test_leader_election_only_the_leader_binds_and_a_standby_takes_over_when_it_
             "--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s",
             "--leader-elect-retry-period", "500ms")
     leader = cluster.kaisched(*args, name="replica-a", env={"POD_NAME": "replica-a"})
-    leader.wait_for_log(lambda r: r.get("event") == "leading: scheduling starts", WAIT_S, "leading")
+    leading = leader.wait_for_log(lambda r: r.get("event") == "leading: scheduling starts", WAIT_S, "leading")
+    assert leading["core"] == ("compiled" if kaisched.compiled() else "interpreted")  # as this process imports
     standby = cluster.kaisched(*args, name="replica-b", env={"POD_NAME": "replica-b"})
     standby.wait_for_log(lambda r: r.get("event") == "caches synced", WAIT_S, "caches synced")
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{cluster.ns}/leases/kai-scheduler"

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import os
 import re
 import shutil
@@ -890,3 +891,34 @@ def test_dockerfile_runs_kaisched_as_a_non_root_user() -> None:
                if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", "tests"} <= ignored
     assert not {"src", "pyproject.toml", "README.md"} & ignored, "the build copies these"
+
+
+def _docker_ignores(patterns: list[str], path: str) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parents decides; ``!`` re-includes."""
+    parts = path.split("/")
+    ignored = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        glob = pattern.lstrip("!").strip("/")
+        if any(fnmatch.fnmatchcase("/".join(parts[:i]), glob) for i in range(1, len(parts) + 1)):
+            ignored = not negated
+    return ignored
+
+
+def test_the_image_build_compiles_the_core() -> None:
+    """The build stage builds kaisched's wheel with its core compiled by mypyc (hatch_build.py): it has the C
+    compiler, and every file the wheel's build hook needs reaches it past .dockerignore."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    _, build_stage, runtime_stage = re.split(r"^FROM ", text, flags=re.M)
+    assert re.search(r"apt-get install .*\bgcc\b", build_stage), "mypyc needs a C compiler in the build stage"
+    copied = [w for line in build_stage.splitlines() if line.startswith("COPY ") for w in line.split()[1:-1]]
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.startswith("#")]
+    for needed in ("hatch_build.py", "scripts/compiled.sh", "pyproject.toml", "src"):
+        assert needed in copied, needed
+        assert (ROOT / needed).exists(), needed
+        assert not _docker_ignores(patterns, needed), f"{needed} is left out of the build context"
+    assert _docker_ignores(patterns, "scripts/kube-apiserver.sh") and _docker_ignores(patterns, "build/compiled")
+    assert "RUN pip wheel --wheel-dir /wheels ." in build_stage
+    assert "ARG KAISCHED_PURE_PYTHON" in build_stage  # the interpreted core on request
+    assert "gcc" not in runtime_stage, "the runtime stage has no build tools"

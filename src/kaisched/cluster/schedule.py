@@ -24,6 +24,12 @@ from kaisched.plugins.registry import build_plugins, validate_plugins
 from kaisched.podgrouper import group_pods, kind_defaults
 
 
+def compiled_core() -> bool:
+    """This module, and with it the scheduling core, was imported compiled with mypyc (a wheel's core, or
+    ``PYTHONPATH=build/compiled``: docs/performance.md), not from its sources."""
+    return not __file__.endswith(".py")
+
+
 def resolve_config(config: SchedulerConfig | Mapping[str, Any] | None) -> SchedulerConfig:
     """Accept a SchedulerConfig, a KAI-format mapping or None (KAI's defaults); validate names."""
     cfg = config if isinstance(config, SchedulerConfig) else SchedulerConfig.from_mapping(config)

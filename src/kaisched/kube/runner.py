@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc
+from kaisched.cluster.schedule import compiled_core, long_lived_frozen, no_cyclic_gc
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
@@ -208,7 +208,8 @@ class KubeScheduler:
         while not self._leading.is_set():
             if self._stop.wait(0.1):
                 return 1 if self._lost.is_set() else 0
-        log.info("leading: scheduling starts", period_s=o.schedule_period)
+        log.info("leading: scheduling starts", period_s=o.schedule_period,
+                 core="compiled" if compiled_core() else "interpreted")
         # /healthz fails only when no cycle ended for this long (a full cycle on a very large cluster takes
         # tens of seconds: see benchmarks/RESULTS.md)
         self.health.register_loop(CYCLE_LOOP, max(300.0, 10 * o.schedule_period))
