@@ -40,6 +40,10 @@ fingerprint() {
 current() { [[ -f "$OUT/.fingerprint" && "$(cat "$OUT/.fingerprint")" == "$(fingerprint)" ]]; }
 
 build() {
+    # one build at a time (make compiled, a wheel's build hook): the second waits, then finds it current
+    mkdir -p "$(dirname "$OUT")"
+    exec 9>"$OUT.lock"
+    flock 9
     if current; then
         echo "$OUT"
         return

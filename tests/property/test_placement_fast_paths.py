@@ -12,6 +12,8 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
 * a failed task shape checked again on the nodes changed since it failed, its histogram counted anew there
   (``placement.recheck_failure``; the plain version: every node evaluated, the histogram counted afresh);
 * the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);
+* binpack asked for its first node directly when every other node scorer is neutral for the task
+  (``Session.ranked_node``; the plain version: every scorer on every candidate, the first maximum of the sum);
 * an eviction action where no job passes the quick checks returns before ordering the jobs
   (``EvictingAction.nothing_to_do``; the plain version: every job popped and skipped);
 * the eviction actions' per-commit state shared by the three actions (``Session.eviction_state``), and the
@@ -136,8 +138,13 @@ def plain_paths() -> Iterator[None]:
             mock.patch.object(EvictingAction, "execute", _own_state_per_action(EvictingAction.execute)), \
             mock.patch.object(PodGroupInfo, "may_be_victim", _plain_victim), \
             mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims), \
-            mock.patch.object(EvictingAction, "nothing_to_do", lambda self, ssn, candidates: False):
+            mock.patch.object(EvictingAction, "nothing_to_do", lambda self, ssn, candidates: False), \
+            mock.patch.object(Session, "ranked_node", _never_ranked):
         yield
+
+
+def _never_ranked(self: Session, task: TaskInfo, fit: npt.NDArray[np.bool_]) -> int | None:
+    return None
 
 
 def test_the_plain_paths_are_really_swapped_in() -> None:
@@ -145,6 +152,7 @@ def test_the_plain_paths_are_really_swapped_in() -> None:
         assert placement.fit_error_histogram is _plain_histogram
         assert NodeTable.new_devices is _plain_new_devices
         assert placement.recheck_failure is _never_recheck
+        assert Session.ranked_node is _never_ranked
     assert placement.fit_error_histogram is not _plain_histogram
 
 

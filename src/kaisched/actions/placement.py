@@ -301,7 +301,13 @@ def _place(
             fit &= node_mask
         if codes is not None:
             fit &= codes == 0
-        indices = fit.nonzero()[0]
+        ranked = ssn.ranked_node(task, fit)  # one scorer decides alone: its first node, without scoring them all
+        if ranked is not None and ranked >= 0:
+            idle_fit = not nodes.any_releasing or bool(
+                nodes.fits_task_at(task, np.array([ranked]), with_releasing=False)[0])
+            _take(ssn, task, stmt, ranked, idle_fit, pipeline_only)
+            return None
+        indices = _NO_NODES if ranked is not None else fit.nonzero()[0]
     if len(indices) == 0:
         if not explain:
             return FitFailure(nodes.version, "", codes, None)
@@ -321,21 +327,30 @@ def _place(
             if score is not None:
                 scores = score if scores is None else scores + score
         best = int(scores.argmax()) if scores is not None else 0  # first maximum: the smallest node name
-    node = int(indices[best])
+    _take(ssn, task, stmt, int(indices[best]), bool(fits_idle[best]), pipeline_only)
+    return None
+
+
+_NO_NODES: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+
+
+def _take(ssn: Session, task: TaskInfo, stmt: Statement, node: int, fits_idle: bool, pipeline_only: bool) -> None:
+    """Allocate the task on ``node`` (pipeline it when it fits there only once releasing resources are freed,
+    or when asked to), with its shared devices if any."""
+    nodes = ssn.nodes
     if task.gpu.shared:
         choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=pipeline_only)
         if choice is None:  # the fit check said yes: cannot happen unless the model is inconsistent
             raise AssertionError(f"no GPU devices for {task.key} on {nodes.names[node]} after a fit")
-        if choice.immediate and fits_idle[best] and not pipeline_only:
+        if choice.immediate and fits_idle and not pipeline_only:
             stmt.allocate(task, node, choice.groups)
         else:
             stmt.pipeline(task, node, choice.groups)
-        return None
-    if fits_idle[best] and not pipeline_only:
+        return
+    if fits_idle and not pipeline_only:
         stmt.allocate(task, node)
     else:
         stmt.pipeline(task, node)
-    return None
 
 
 def gang_message(job: PodGroupInfo, task: TaskInfo, placed: list[TaskInfo], detail: str) -> str:

@@ -48,6 +48,11 @@ Predicate = Callable[[TaskInfo], "npt.NDArray[np.int32] | None"]
 PrePredicate = Callable[[TaskInfo], "FitError | None"]
 # per-candidate scores, or None when the scorer gives every candidate 0 (nothing to add)
 NodeScorer = Callable[[TaskInfo, NodeCandidates], "Vector | None"]
+# whether a scorer gives every candidate of this task the same score (or None): it cannot change which node wins
+NeutralScorer = Callable[[TaskInfo], bool]
+# the node a scorer ranks first among the nodes ``fit`` (the first of equals), when the other scorers are neutral
+# for the task: the node's index, -1 when no node fits, None when it cannot tell for this task (scores are summed)
+NodeRanker = Callable[[TaskInfo, BoolArray], "int | None"]
 JobCapacityCheck = Callable[[PodGroupInfo, list[TaskInfo]], "FitError | None"]
 TaskHandler = Callable[[TaskInfo], None]
 

@@ -13,6 +13,8 @@ from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.plugin import (
     JobCapacityCheck,
     JobKey,
+    NeutralScorer,
+    NodeRanker,
     NodeScorer,
     Plugin,
     Predicate,
@@ -80,6 +82,9 @@ class Session:
         self.static_predicates: list[Predicate] = []
         self.pre_predicates: list[PrePredicate] = []
         self.node_scorers: list[NodeScorer] = []
+        # aligned with node_scorers (add_node_scorer): when each is neutral for a task, and the one that can rank
+        self.node_scorers_neutral: list[NeutralScorer | None] = []
+        self.node_ranker: tuple[int, NodeRanker] | None = None
         # shared-GPU device order within a node (gpupack / gpuspread), summed
         self.gpu_order_fns: list[GpuOrderFn] = []
         # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
@@ -185,6 +190,8 @@ class Session:
                       self.preempt_victim_filters, self.reclaim_scenario_validators,
                       self.preempt_scenario_validators, self.job_solution_start_handlers):
             hooks.clear()
+        self.node_scorers_neutral.clear()
+        self.node_ranker = None
         self.task_node_capacity_check = None
         self.subset_nodes = None
         self.queue_order = None
@@ -192,6 +199,30 @@ class Session:
         self.job_capacity_check = None
         self.can_reclaim_resources = None
         self.eviction_state = None
+
+    # ---- node scoring -------------------------------------------------------------------------------
+    def add_node_scorer(self, scorer: NodeScorer, *, neutral: NeutralScorer | None = None,
+                        ranker: NodeRanker | None = None) -> None:
+        """Register a node scorer (scores of all scorers are summed; the first maximum wins). ``neutral``: tells
+        when the scorer gives every candidate of a task the same score (or None), so that it cannot change which
+        node wins; ``ranker``: finds the node this scorer ranks first directly — placement asks it instead of
+        scoring every candidate when every other scorer is neutral for the task (the same node, fewer arrays)."""
+        if ranker is not None:
+            self.node_ranker = (len(self.node_scorers), ranker)
+        self.node_scorers.append(scorer)
+        self.node_scorers_neutral.append(neutral)
+
+    def ranked_node(self, task: TaskInfo, fit: BoolArray) -> int | None:
+        """The node the scorers would choose for ``task`` among the nodes ``fit``, when one scorer can rank them
+        alone (every other one neutral for the task): its index, or -1 when no node fits; None: score them."""
+        ranking = self.node_ranker
+        if ranking is None:
+            return None
+        at, ranker = ranking
+        for i, neutral in enumerate(self.node_scorers_neutral):
+            if i != at and (neutral is None or not neutral(task)):
+                return None
+        return ranker(task, fit)
 
     # ---- ordering -----------------------------------------------------------------------------------
     def job_order_key(self, job: PodGroupInfo) -> tuple[object, ...]:

@@ -32,6 +32,9 @@ class PodFacts:
     task_priority: int | None
     uid: str  # metadata.uid, or "<namespace>/<name>" without one
     key: str  # "<namespace>/<name>"
+    # "<namespace>\0<name>": sorts as the pair (namespace, name) does (NUL precedes every character of a name),
+    # one string comparison instead of a tuple's
+    order: str
     group_name: str | None  # the pod-group-name annotation
     _gpu: tuple[GpuRequest, GpuRequestError | None] | None
     _legacy_mig: bool | None
@@ -43,7 +46,7 @@ class PodFacts:
     # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
     def __init__(self, pod: Pod, requests: dict[str, float], extended: tuple[str, ...],
                  host_ports: tuple[HostPort, ...], signature: tuple[object, ...], task_priority: int | None,
-                 uid: str, key: str, group_name: str | None) -> None:
+                 uid: str, key: str, order: str, group_name: str | None) -> None:
         self.pod = pod
         self.requests = requests
         self.extended = extended
@@ -52,6 +55,7 @@ class PodFacts:
         self.task_priority = task_priority
         self.uid = uid
         self.key = key
+        self.order = order
         self.group_name = group_name
         self._gpu = None
         self._legacy_mig = None
@@ -142,7 +146,8 @@ def pod_facts(pod: Pod) -> PodFacts:
     meta = pod.meta
     selector = pod.node_selector
     host_ports = pod.host_ports
-    key = f"{meta.namespace}/{meta.name}"
+    namespace, name = meta.namespace, meta.name
+    key = f"{namespace}/{name}"
     f = PodFacts(
         pod=pod,
         requests=requests,
@@ -155,6 +160,7 @@ def pod_facts(pod: Pod) -> PodFacts:
         task_priority=_task_priority(pod),
         uid=meta.uid or key,
         key=key,
+        order=f"{namespace}\0{name}",
         group_name=meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION),
     )
     _CACHE[id(pod)] = f

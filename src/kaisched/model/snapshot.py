@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 
 import numpy as np
 
@@ -291,6 +292,9 @@ def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
     _PG_FACTS.update(kept)
 
 
+_facts_order = attrgetter("order")
+
+
 def _is_reservation_pod(pod: Pod) -> bool:
     """KAI's GPU reservation pods: the shared device they hold is modelled by its GPU group."""
     return pod.meta.namespace in (C.RESERVATION_NAMESPACE, C.LEGACY_RESERVATION_NAMESPACE) or (
@@ -336,8 +340,10 @@ class SnapshotBuilder:
         extra = set(node_extra)
         retain(parsed.pods)  # first: the facts of pods gone are dropped before new ones are made
         ungrouped: list[Pod] = []  # our pods without a PodGroup (KAI's default grouper gives them one each)
+        all_facts: list[PodFacts] = []
         for pod in parsed.pods:
             facts = pod_facts(pod)
+            all_facts.append(facts)
             if facts.extended:
                 extra.update(facts.extended)
             if facts.group_name is None and self._is_ours(pod):
@@ -378,10 +384,12 @@ class SnapshotBuilder:
         tasks: dict[str, TaskInfo] = {}
         other_usage = np.zeros(3)
         self.min_gpu_memory = min_gpu_memory
-        for pod in sorted(parsed.pods, key=lambda p: (p.meta.namespace, p.meta.name)):
+        all_facts.sort(key=_facts_order)  # by (namespace, name)
+        for facts in all_facts:
+            pod = facts.pod
             if _is_reservation_pod(pod):
                 continue
-            task = self._task(pod, resources, nodes, jobs)
+            task = self._task(pod, facts, resources, nodes, jobs)
             if task is None:
                 continue
             tasks[task.uid] = task
@@ -514,12 +522,11 @@ class SnapshotBuilder:
         build(root, None, frozenset())
         return root
 
-    def _task(self, pod: Pod, resources: ResourceIndex, nodes: NodeTable,
+    def _task(self, pod: Pod, facts: PodFacts, resources: ResourceIndex, nodes: NodeTable,
               jobs: dict[str, PodGroupInfo]) -> TaskInfo | None:
         meta = pod.meta
         status = task_status(pod)
         node = nodes.by_name.get(pod.node_name, -1) if pod.node_name else -1
-        facts = pod_facts(pod)
         ours = pod.scheduler_name == self.options.scheduler_name
         gpu = self._gpu_request(facts, resources, ours)
         task = TaskInfo(

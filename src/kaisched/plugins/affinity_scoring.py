@@ -35,6 +35,11 @@ class PreferredNodeAffinityScore:
     def __init__(self, nodes: NodeTable) -> None:
         self.nodes = nodes
 
+    @staticmethod
+    def neutral(task: TaskInfo) -> bool:
+        aff = task.pod.affinity
+        return not (aff and aff.node_affinity and aff.node_affinity.preferred)
+
     def __call__(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         aff = task.pod.affinity
         preferred = aff.node_affinity.preferred if aff and aff.node_affinity else ()
@@ -55,7 +60,13 @@ class PodAffinityPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         self.nodes = ssn.nodes
-        ssn.node_scorers.append(self.score)
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
+
+    @staticmethod
+    def neutral(task: TaskInfo) -> bool:
+        aff = task.pod.affinity
+        return aff is None or (not (aff.pod_affinity is not None and aff.pod_affinity.preferred)
+                               and not (aff.pod_anti_affinity is not None and aff.pod_anti_affinity.preferred))
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         aff = task.pod.affinity

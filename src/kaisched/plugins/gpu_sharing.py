@@ -38,7 +38,11 @@ class GpuSharingOrderPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         self.shared = ssn.nodes.shared
-        ssn.node_scorers.append(self.score)
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
+
+    @staticmethod
+    def neutral(task: TaskInfo) -> bool:
+        return not task.gpu.shared
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         idx = cands.indices

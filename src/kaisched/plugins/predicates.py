@@ -177,7 +177,8 @@ class PredicatesPlugin(Plugin):
         self._max_gpu_memory = float(ssn.nodes.shared.mem[gpu_nodes].max()) if gpu_nodes.any() else 0.0
         from kaisched.plugins.affinity_scoring import PreferredNodeAffinityScore
 
-        ssn.node_scorers.append(PreferredNodeAffinityScore(ssn.nodes))
+        scorer = PreferredNodeAffinityScore(ssn.nodes)
+        ssn.add_node_scorer(scorer, neutral=scorer.neutral)
 
     # ---- pre-predicate ------------------------------------------------------------------------
     def max_node_resources(self, task: TaskInfo) -> FitError | None:

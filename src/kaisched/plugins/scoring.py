@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kaisched.framework.config import ConfigError
-from kaisched.framework.plugin import NodeCandidates, Plugin
+from kaisched.framework.plugin import BoolArray, NodeCandidates, Plugin
 from kaisched.framework.session import Session
 from kaisched.model.gpu import GpuKind
 from kaisched.model.node import filled
@@ -29,7 +29,12 @@ class NodeAvailabilityPlugin(Plugin):
     name = "nodeavailability"
 
     def on_session_open(self, ssn: Session) -> None:
-        ssn.node_scorers.append(self.score)
+        self.nodes = ssn.nodes
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
+
+    def neutral(self, task: TaskInfo) -> bool:
+        """Nothing releasing anywhere: every candidate fits on idle resources and scores alike."""
+        return not self.nodes.any_releasing
 
     @staticmethod
     def score(task: TaskInfo, cands: NodeCandidates) -> Vector:
@@ -45,7 +50,11 @@ class ResourceTypePlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         self.no_gpu = ssn.nodes.allocatable[GPU] <= 0
-        ssn.node_scorers.append(self.score)
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
+
+    @staticmethod
+    def neutral(task: TaskInfo) -> bool:
+        return task.gpu.any
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         if task.gpu.any:
@@ -60,7 +69,11 @@ class NominatedNodePlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         self.by_name = ssn.nodes.by_name
-        ssn.node_scorers.append(self.score)
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
+
+    @staticmethod
+    def neutral(task: TaskInfo) -> bool:
+        return not task.pod.nominated_node_name
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         nominated = task.pod.nominated_node_name
@@ -90,7 +103,7 @@ class NodePlacementPlugin(Plugin):
         # nodes without any of the resource score 0 (allocatable is fixed for the session)
         self.without = {r: ssn.nodes.allocatable[r] <= 0 for r in (GPU, CPU)}
         self.all_have = {r: not bool(self.without[r].any()) for r in (GPU, CPU)}
-        ssn.node_scorers.append(self.score)
+        ssn.add_node_scorer(self.score, ranker=self.first_ranked)
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         r = GPU if task.gpu.any and task.gpu.kind is not GpuKind.MIG else CPU
@@ -110,11 +123,29 @@ class NodePlacementPlugin(Plugin):
         lo, hi = float(np.minimum.reduce(non_alloc)), float(np.maximum.reduce(non_alloc))
         if hi == lo:
             out = np.full(len(idx), MAX_HIGH_DENSITY_SCORE)
-        else:  # MAX * (1 - (x - lo) / (hi - lo)), the same operations in place
-            out = non_alloc - lo
+        else:  # MAX * (1 - (x - lo) / (hi - lo)), in place (``take`` made non_alloc: ours to change)
+            out = non_alloc
+            out -= lo
             out /= hi - lo
             np.subtract(1.0, out, out=out)
             out *= MAX_HIGH_DENSITY_SCORE
         if not self.all_have[r]:
             out[self.without[r].take(idx)] = 0.0
         return out
+
+    def first_ranked(self, task: TaskInfo, fit: BoolArray) -> int | None:
+        """binpack's first node among the nodes ``fit`` (the session asks when every other scorer gives all
+        candidates one score): the first of those with the least non-allocated resource. :meth:`score` falls as
+        that amount grows (``MAX * (1 - (x - lo) / (hi - lo))``, every step monotone; distinct amounts keep
+        distinct scores, since they differ by far more than a rounding step of their range) and gives equal
+        amounts equal scores, so its first maximum is this node. -1 when no node fits; None for spread, or when
+        some node lacks the resource altogether (it scores 0 there, not by its amount)."""
+        r = GPU if task.gpu.any and task.gpu.kind is not GpuKind.MIG else CPU
+        if (self.gpu if r == GPU else self.cpu) != "binpack" or not self.all_have[r]:
+            return None
+        nodes = self.nodes
+        if len(fit) == 0:
+            return -1
+        non_alloc = nodes.idle[r] + nodes.releasing[r] if nodes.any_releasing else nodes.idle[r]
+        best = int(np.where(fit, non_alloc, np.inf).argmin())
+        return best if fit[best] else -1

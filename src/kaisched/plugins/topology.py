@@ -112,9 +112,12 @@ class TopologyPlugin(Plugin):
         labels = [dict(info.labels) for info in nodes.infos] if topologies else []
         self.trees = {t.meta.name: TopologyTree(t, labels) for t in topologies}
         ssn.subset_nodes = self.subset_nodes
-        ssn.node_scorers.append(self.score)
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
 
     # ---- scoring --------------------------------------------------------------------------------
+    def neutral(self, task: TaskInfo) -> bool:
+        return self.ssn.topology_scores is None
+
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         scores = self.ssn.topology_scores
         if scores is None:
