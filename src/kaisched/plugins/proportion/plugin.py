@@ -31,6 +31,7 @@ UNLIMITED = -1.0
 ZERO_SHARE_PENALTY = 1000.0
 EPS = 1e-9
 Vec3 = list[float]
+Request = tuple[float, float, float]  # a job's (GPUs, millicores, bytes), immutable
 
 
 #: most queue-order keys (job and victim queues) remembered per session
@@ -54,6 +55,9 @@ class QueueAttributes:
     fair_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
     alloc_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])  # cached allocatable_share(total)
     sibling_rank: int = 0  # static queue-order tie-break among siblings (spec 5.4 steps 7-8)
+    # ProportionPlugin.key() of this queue with a job, by the identity of the job's (interned) request; emptied
+    # whenever the queue's allocation changes (the only other amount the key depends on)
+    job_keys: dict[int, tuple[object, ...]] = field(default_factory=dict)
 
     def allocatable_share(self, total: Vec3) -> Vec3:
         out: Vec3 = []
@@ -143,10 +147,10 @@ class ProportionPlugin(Plugin):
         tree = ssn.queues
         self.total: Vec3 = _vec(ssn.snapshot.total)
         self.queues: dict[str, QueueAttributes] = {}
-        self._job_requests: dict[str, tuple[int, Vec3]] = {}
+        self._job_requests: dict[str, tuple[int, Request]] = {}
+        # one object per distinct job request: QueueAttributes.job_keys are keyed by its identity
+        self._requests: dict[Request, Request] = {}
         self._order_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
-        # (queue, its allocation, the job's request) -> key(): the job queue asks after every pop
-        self._job_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
             self.queues[name] = QueueAttributes(
@@ -217,6 +221,7 @@ class ProportionPlugin(Plugin):
             a[0] += g
             a[1] += c
             a[2] += m
+            q.job_keys.clear()
             if not job.preemptible:
                 n = q.allocated_non_preemptible
                 n[0] += g
@@ -248,30 +253,32 @@ class ProportionPlugin(Plugin):
             self._add(leaf, job, task, -1.0)
 
     # ---- queue order (spec 5.4) ---------------------------------------------------------------------
-    def job_request(self, job: PodGroupInfo) -> Vec3:
-        """Resources of the job's next allocation attempt, cached until the job changes."""
+    def job_request(self, job: PodGroupInfo) -> Request:
+        """Resources of the job's next allocation attempt, cached until the job changes; jobs that ask alike
+        get the same object."""
         cached = self._job_requests.get(job.uid)
         if cached is not None and cached[0] == job.version:
             return cached[1]
-        extra = job_request(self.ssn.tasks_to_allocate(job))
+        g, c, m = job_request(self.ssn.tasks_to_allocate(job))
+        request = (g, c, m)
+        extra = self._requests.setdefault(request, request)
         self._job_requests[job.uid] = (job.version, extra)
         return extra
 
     def key(self, queue: str, job: PodGroupInfo) -> tuple[object, ...]:
         """Spec 5.4 steps 1-6 as a sort key; steps 7-8 are the static ``sibling_rank``. Remembered by the
-        amounts it depends on: the queue's allocation and the job's request."""
+        amounts it depends on: per queue while its allocation stays as it is, by the job's request."""
         q = self.queues[queue]
         extra = self.job_request(job)
-        allocated = q.allocated
-        memo = (queue, allocated[0], allocated[1], allocated[2], extra[0], extra[1], extra[2])
-        keys = self._job_keys
-        key = keys.get(memo)
+        keys = q.job_keys
+        key = keys.get(id(extra))
         if key is None:
             if len(keys) >= ORDER_KEY_MEMO_SIZE:
                 keys.clear()
+            allocated = q.allocated
             with_job = [allocated[0] + extra[0], allocated[1] + extra[1], allocated[2] + extra[2]]
             # (not through _remembered_order_key: amounts new to this memo are nearly always new to that one)
-            key = keys[memo] = self._order_key(q, allocated, with_job, allocated)
+            key = keys[id(extra)] = self._order_key(q, allocated, with_job, allocated)
         return key
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
