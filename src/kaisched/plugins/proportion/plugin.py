@@ -55,9 +55,11 @@ class QueueAttributes:
     fair_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])
     alloc_share: Vec3 = field(default_factory=lambda: [0.0, 0.0, 0.0])  # cached allocatable_share(total)
     sibling_rank: int = 0  # static queue-order tie-break among siblings (spec 5.4 steps 7-8)
-    # ProportionPlugin.key() of this queue with a job, by the identity of the job's (interned) request; emptied
-    # whenever the queue's allocation changes (the only other amount the key depends on)
-    job_keys: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    # ProportionPlugin.key() of this queue with a job, by the job's request; emptied whenever the queue's
+    # allocation changes (the only other amount the key depends on). (By value: a compiled core passes a
+    # tuple[float, float, float] unboxed and boxes it anew where an object is needed, so its identity means
+    # nothing — docs/performance.md.)
+    job_keys: dict[Request, tuple[object, ...]] = field(default_factory=dict)
 
     def allocatable_share(self, total: Vec3) -> Vec3:
         out: Vec3 = []
@@ -148,8 +150,6 @@ class ProportionPlugin(Plugin):
         self.total: Vec3 = _vec(ssn.snapshot.total)
         self.queues: dict[str, QueueAttributes] = {}
         self._job_requests: dict[str, tuple[int, Request]] = {}
-        # one object per distinct job request: QueueAttributes.job_keys are keyed by its identity
-        self._requests: dict[Request, Request] = {}
         self._order_keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         for name in tree.depth_first():
             q = tree.queues[name]
@@ -254,14 +254,12 @@ class ProportionPlugin(Plugin):
 
     # ---- queue order (spec 5.4) ---------------------------------------------------------------------
     def job_request(self, job: PodGroupInfo) -> Request:
-        """Resources of the job's next allocation attempt, cached until the job changes; jobs that ask alike
-        get the same object."""
+        """Resources of the job's next allocation attempt, cached until the job changes."""
         cached = self._job_requests.get(job.uid)
         if cached is not None and cached[0] == job.version:
             return cached[1]
         g, c, m = job_request(self.ssn.tasks_to_allocate(job))
-        request = (g, c, m)
-        extra = self._requests.setdefault(request, request)
+        extra = (g, c, m)
         self._job_requests[job.uid] = (job.version, extra)
         return extra
 
@@ -271,14 +269,14 @@ class ProportionPlugin(Plugin):
         q = self.queues[queue]
         extra = self.job_request(job)
         keys = q.job_keys
-        key = keys.get(id(extra))
+        key = keys.get(extra)
         if key is None:
             if len(keys) >= ORDER_KEY_MEMO_SIZE:
                 keys.clear()
             allocated = q.allocated
             with_job = [allocated[0] + extra[0], allocated[1] + extra[1], allocated[2] + extra[2]]
             # (not through _remembered_order_key: amounts new to this memo are nearly always new to that one)
-            key = keys[id(extra)] = self._order_key(q, allocated, with_job, allocated)
+            key = keys[extra] = self._order_key(q, allocated, with_job, allocated)
         return key
 
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
