@@ -105,9 +105,14 @@ class NodePlacementPlugin(Plugin):
         self.all_have = {r: not bool(self.without[r].any()) for r in (GPU, CPU)}
         ssn.add_node_scorer(self.score, ranker=self.first_ranked)
 
+    def _placing(self, task: TaskInfo) -> tuple[int, str]:
+        """The resource row the task is placed by (GPUs for a GPU task but MIG, else CPU) and its strategy."""
+        if task.gpu.any and task.gpu.kind is not GpuKind.MIG:
+            return GPU, self.gpu
+        return CPU, self.cpu
+
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
-        r = GPU if task.gpu.any and task.gpu.kind is not GpuKind.MIG else CPU
-        strategy = self.gpu if r == GPU else self.cpu
+        r, strategy = self._placing(task)
         idx = cands.indices
         nodes = self.nodes
         # idle + releasing (nothing releasing anywhere: idle, the same values)
@@ -140,8 +145,8 @@ class NodePlacementPlugin(Plugin):
         distinct scores, since they differ by far more than a rounding step of their range) and gives equal
         amounts equal scores, so its first maximum is this node. -1 when no node fits; None for spread, or when
         some node lacks the resource altogether (it scores 0 there, not by its amount)."""
-        r = GPU if task.gpu.any and task.gpu.kind is not GpuKind.MIG else CPU
-        if (self.gpu if r == GPU else self.cpu) != "binpack" or not self.all_have[r]:
+        r, strategy = self._placing(task)
+        if strategy != "binpack" or not self.all_have[r]:
             return None
         nodes = self.nodes
         if len(fit) == 0:
