@@ -23,18 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 PURE_PYTHON_ENV = "KAISCHED_PURE_PYTHON"
-# what mypyc needs on top of the project's own dependencies, pinned in the dev extra: the compiler itself, the
-# stubs it type-checks against, and setuptools (mypyc builds its C extensions with it)
-BUILD_TOOLS = ("mypy", "types-pyyaml", "setuptools")
-
-
-def _requirement_name(requirement: str) -> str:
-    name = requirement
-    for stop in "=<>!~;[ ":
-        name = name.split(stop, 1)[0]
-    return name.strip().lower().replace("_", "-")
+# what mypyc needs on top of the project's own dependencies: the compiler itself and the stubs it type-checks
+# against, as pinned in the dev extra, and setuptools (mypyc builds its C extensions with it)
+DEV_BUILD_TOOLS = frozenset({"mypy", "types-pyyaml"})
+SETUPTOOLS = "setuptools>=65"
 
 
 class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
@@ -47,10 +43,8 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         if self._pure():
             return []
         dev = self.metadata.core.optional_dependencies.get("dev", [])
-        tools = [r for r in dev if _requirement_name(r) in BUILD_TOOLS]
-        if not any(_requirement_name(r) == "setuptools" for r in tools):
-            tools.append("setuptools>=65")
-        return [*self.metadata.core.dependencies, *tools]
+        tools = [r for r in dev if canonicalize_name(Requirement(r).name) in DEV_BUILD_TOOLS]
+        return [*self.metadata.core.dependencies, *tools, SETUPTOOLS]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel" or version == "editable" or self._pure():
