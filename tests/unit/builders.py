@@ -2,6 +2,7 @@
 
 Every builder returns a fresh dict that ``kaisched.schedule`` accepts as is; keyword arguments cover
 the fields the scheduler reads. Quantities may be numbers or Kubernetes quantity strings.
+:func:`open_session` opens a scheduling session on such objects, for tests of the session's parts.
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kaisched.framework.config import DEFAULT_PLUGINS
+from kaisched.cluster.schedule import resolve_config
+from kaisched.framework.config import DEFAULT_PLUGINS, SchedulerConfig
+from kaisched.framework.session import Session
+from kaisched.k8s.parse import parse_objects
+from kaisched.model.snapshot import build_snapshot
+from kaisched.plugins.registry import build_plugins
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 SCHEDULER = "kai-scheduler"
@@ -258,3 +264,12 @@ def flatten(*parts: Obj | Iterable[Obj]) -> list[Obj]:
         else:
             out.extend(p)
     return out
+
+
+def open_session(*objs: object, config: SchedulerConfig | Mapping[str, Any] | None = None) -> Session:
+    """An open session (the snapshot of ``objs`` at NOW, every configured plugin opened), no action run."""
+    cfg = resolve_config(config)
+    snap = build_snapshot(parse_objects(flatten(*objs)), NOW)  # type: ignore[arg-type]
+    ssn = Session(snap, cfg, build_plugins(cfg.plugins))
+    ssn.open()
+    return ssn

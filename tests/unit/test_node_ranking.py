@@ -10,23 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from kaisched.cluster.schedule import resolve_config
 from kaisched.framework.plugin import BoolArray, NodeCandidates
 from kaisched.framework.session import Session
-from kaisched.k8s.parse import parse_objects
 from kaisched.model.node import all_true
-from kaisched.model.snapshot import build_snapshot
 from kaisched.model.task import TaskInfo
-from kaisched.plugins.registry import build_plugins
-from tests.unit.builders import NOW, flatten, node, pod, pod_group, queue, tiers
-
-
-def open_session(*objs: object, config: dict[str, Any] | None = None) -> Session:
-    cfg = resolve_config(config)
-    snap = build_snapshot(parse_objects(flatten(*objs)), NOW)  # type: ignore[arg-type]
-    ssn = Session(snap, cfg, build_plugins(cfg.plugins))
-    ssn.open()
-    return ssn
+from tests.unit.builders import node, open_session, pod, pod_group, queue, tiers
 
 
 def scored_choice(ssn: Session, task: TaskInfo, fit: BoolArray) -> int:

@@ -15,25 +15,14 @@ from kaisched.framework.config import SchedulerConfig, SchedulerParams
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
-from kaisched.k8s.parse import parse_objects
 from kaisched.model.job import PodGroupInfo
-from kaisched.model.snapshot import build_snapshot
 from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 from kaisched.plugins.proportion.plugin import ProportionPlugin
 from kaisched.plugins.proportion.reclaim import ReclaimRules, humanize, resources_text, saturation_ratio
-from kaisched.plugins.registry import build_plugins
-from tests.unit.builders import NOW, Obj, flatten, node, pod, pod_group, queue
-
+from tests.unit.builders import Obj, node, open_session, pod, pod_group, queue
 
 # ------------------------------------------------------------------------------------------- helpers
-def open_session(*objs: object, config: SchedulerConfig | None = None) -> Session:
-    cfg = resolve_config(config)
-    snap = build_snapshot(parse_objects(flatten(*objs)), NOW)  # type: ignore[arg-type]
-    ssn = Session(snap, cfg, build_plugins(cfg.plugins))
-    ssn.open()
-    return ssn
-
 
 def proportion(ssn: Session) -> ProportionPlugin:
     return next(p for p in ssn.plugins if isinstance(p, ProportionPlugin))

@@ -5,22 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 import kaisched
-from kaisched.cluster.schedule import resolve_config
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
-from kaisched.k8s.parse import parse_objects
-from kaisched.model.snapshot import build_snapshot
 from kaisched.model.status import TaskStatus
-from kaisched.plugins.registry import build_plugins
-from tests.unit.builders import NOW, flatten, job, node, pod, pod_group, priority_class, queue, status
-
-
-def open_session(*objs: object) -> Session:
-    cfg = resolve_config(None)
-    snap = build_snapshot(parse_objects(flatten(*objs)), NOW)  # type: ignore[arg-type]
-    ssn = Session(snap, cfg, build_plugins(cfg.plugins))
-    ssn.open()
-    return ssn
+from tests.unit.builders import NOW, flatten, job, node, open_session, pod, pod_group, priority_class, queue, status
 
 
 def cluster() -> Session:
