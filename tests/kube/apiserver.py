@@ -1,4 +1,5 @@
-"""A real kube-apiserver 1.20.2 and etcd 3.4 on loopback, for the contract tier (``-m kube``).
+"""A real kube-apiserver (the version ``scripts/kube-apiserver.sh`` builds, 1.35) and etcd 3.4 on loopback,
+for the contract tier (``-m kube``).
 
 The binary is built and cached by ``scripts/kube-apiserver.sh build`` (``make kube-apiserver``); etcd comes
 from Debian's ``etcd-server``. Each :class:`KubeApiServer` owns a temporary directory holding etcd's data,
@@ -38,13 +39,33 @@ from typing import IO, Any
 import httpx2
 import yaml
 
-KUBE_VERSION = "1.20.2"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "kube-apiserver.sh"
+
+
+def _script_version() -> str:
+    """The Kubernetes version ``scripts/kube-apiserver.sh`` builds (``kube-apiserver.sh version``): the cache
+    directory's name and the ``/version`` the server reports come from it, so the two cannot disagree."""
+    try:
+        out = subprocess.run(["bash", str(SCRIPT), "version"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"`{SCRIPT} version` failed: {exc}") from exc
+    version = out.stdout.strip()
+    if not version or not all(part.isdigit() for part in version.split(".")):
+        raise RuntimeError(f"`{SCRIPT} version` printed {out.stdout!r}, not a version such as 1.35.4")
+    return version
+
+
+KUBE_VERSION = _script_version()
 STARTUP_TIMEOUT_S = 60.0
 ETCD_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
-# kube-apiserver 1.20 on SIGTERM stops listening at once but then waits for open watches (up to their
-# timeoutSeconds, 60 s by default) before it exits: a graceful stop is bounded by this, then SIGKILL.
+# kube-apiserver on SIGTERM stops listening once its shutdown delay is over and may wait for open requests
+# and watches to end before it exits: a graceful stop is bounded by this, then SIGKILL.
 APISERVER_GRACE_S = 5.0
+# The DRA versions the server serves: resource.k8s.io/v1 by default (GA in 1.34), the betas (off by default
+# since then) turned on with --runtime-config.
+DRA_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2")
+RUNTIME_CONFIG = ",".join(f"{version}=true" for version in DRA_VERSIONS[1:])
 
 
 class ApiServerError(RuntimeError):
@@ -218,7 +239,7 @@ class KubeApiServer:
         """Stop the API server process only; etcd keeps running.
 
         By default a crash (SIGKILL): connections drop at once. ``graceful=True`` sends SIGTERM first: the
-        server stops listening at once, closes its watches only as they time out, and gets SIGKILL after
+        server stops listening, may keep open requests and watches going until they end, and gets SIGKILL after
         ``grace_s``.
         """
         with self._lock:
@@ -361,11 +382,14 @@ class KubeApiServer:
             f"--cert-dir={w / 'certs'}",
             f"--token-auth-file={w / 'tokens.csv'}",
             "--authorization-mode=RBAC",
-            "--insecure-port=0",
             "--service-cluster-ip-range=10.96.0.0/16",
+            # Required since 1.20 (the TokenRequest API); the key pair is made with openssl per server.
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={w / 'sa.pub'}",
             f"--service-account-signing-key-file={w / 'sa.key'}",
+            # DRA: the beta versions kaisched also reads, next to the default v1, so tests can create objects in
+            # each of them.
+            f"--runtime-config={RUNTIME_CONFIG}",
             # No controller-manager: no `default` ServiceAccount, no PVC protection controller.
             "--disable-admission-plugins=ServiceAccount,StorageObjectInUseProtection",
             # The `kubernetes` Endpoints object rejects a loopback IP; without this the log repeats that error.

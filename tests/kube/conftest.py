@@ -1,7 +1,8 @@
 """Fixtures for the contract tier (marker ``kube``, deselected by default; ``make test`` runs ``-m kube``).
 
-- ``kube_apiserver`` (session): a real kube-apiserver 1.20.2 + etcd on loopback. Skips, saying how to build
-  it, only when the binary is absent (``make kube-apiserver``); any other start failure is an error.
+- ``kube_apiserver`` (session): a real kube-apiserver (``KUBE_VERSION``, 1.35) + etcd on loopback. Skips,
+  saying how to build it, only when the binary is absent (``make kube-apiserver``); any other start failure
+  is an error.
 - ``kube_http`` (function): an httpx2 client on it with the admin token.
 - ``kube_namespace`` (function): a fresh namespace, so tests sharing the session's server do not collide.
 - ``fake_kubelet`` (function): a :class:`FakeKubelet` on that server, stopped after the test.
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.kube.apiserver import KubeApiServer, apiserver_binary, cache_dir
+from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, cache_dir
 from tests.kube.fake_kubelet import FakeKubelet
 
 _HERE = Path(__file__).parent
@@ -34,8 +35,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def kube_apiserver() -> Iterator[KubeApiServer]:
     if apiserver_binary() is None:
         pytest.skip(
-            f"kube-apiserver 1.20.2 is not built (expected at {cache_dir() / 'kube-apiserver'}); "
-            "run `make kube-apiserver` (scripts/kube-apiserver.sh build, about 7 min) to enable the contract tier"
+            f"kube-apiserver {KUBE_VERSION} is not built (expected at {cache_dir() / 'kube-apiserver'}); "
+            "run `make kube-apiserver` (scripts/kube-apiserver.sh build, about 6 min) to enable the contract tier"
         )
     server = KubeApiServer().start()
     try:

@@ -1,4 +1,4 @@
-"""What the real kube-apiserver 1.20.2 does on the calls kaisched's Kubernetes mode relies on.
+"""What the real kube-apiserver (1.35, ``KUBE_VERSION``) does on the calls kaisched's Kubernetes mode relies on.
 
 These pin the server's behaviour, not ours: if one fails, the assumption in ``kaisched.kube`` it names is wrong.
 """
@@ -6,6 +6,8 @@ These pin the server's behaviour, not ours: if one fails, the assumption in ``ka
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +16,15 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.kube.apiserver import ApiServerError, KubeApiServer, apiserver_binary
+from tests.kube.apiserver import (
+    DRA_VERSIONS,
+    KUBE_VERSION,
+    SCRIPT,
+    ApiServerError,
+    KubeApiServer,
+    apiserver_binary,
+    cache_dir,
+)
 from tests.kube.fake_kubelet import FakeKubelet
 
 pytestmark = pytest.mark.kube
@@ -75,13 +85,19 @@ def bind(client: httpx2.Client, namespace: str, pod: str, node: str) -> httpx2.R
     return client.post(f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", json=binding)
 
 
-def test_server_is_1_20_2_and_the_kubeconfig_works_with_lightkube(kube_apiserver: KubeApiServer) -> None:
+def test_server_is_the_scripts_version_and_the_kubeconfig_works_with_lightkube(kube_apiserver: KubeApiServer) -> None:
     from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Namespace
 
     with kube_apiserver.http_client() as client:
         version = client.get("/version").json()
-    assert version["gitVersion"] == "v1.20.2"
+    assert version["gitVersion"] == f"v{KUBE_VERSION}"
+    assert (version["major"], version["minor"]) == tuple(KUBE_VERSION.split(".")[:2])
+    # the harness finds the binary where the script puts it: one version names both
+    assert cache_dir().name == f"kube-apiserver-{KUBE_VERSION}"
+    if not os.environ.get("KAISCHED_KUBE_APISERVER"):
+        path = subprocess.run(["bash", str(SCRIPT), "path"], capture_output=True, text=True, check=True).stdout
+        assert Path(path.strip()) == kube_apiserver.binary
     config = KubeConfig.from_file(kube_apiserver.kubeconfig_path)
     with Client(config=config) as lk:
         names = {ns.metadata.name for ns in lk.list(Namespace) if ns.metadata is not None}
@@ -139,39 +155,73 @@ def test_binding_answers_a_status_and_the_fake_kubelet_runs_the_pod(
     assert missing.json()["reason"] == "NotFound"
 
 
-def test_eviction_is_v1beta1_only_and_the_pod_stays_terminating_until_the_kubelet_reaps_it(
+def test_eviction_is_policy_v1_and_the_pod_stays_terminating_until_the_kubelet_reaps_it(
     kube_apiserver: KubeApiServer, kube_http: httpx2.Client, kube_namespace: str
 ) -> None:
     node = unique("gpu-node")
     create(kube_http, "/api/v1/nodes", node_manifest(node))
-    create(kube_http, f"/api/v1/namespaces/{kube_namespace}/pods", pod_manifest("victim"))
-    assert bind(kube_http, kube_namespace, "victim", node).status_code == 201
-    pod_path = f"/api/v1/namespaces/{kube_namespace}/pods/victim"
-    eviction = {"kind": "Eviction", "metadata": {"name": "victim", "namespace": kube_namespace}}
+    for name in ("victim", "old-client"):
+        create(kube_http, f"/api/v1/namespaces/{kube_namespace}/pods", pod_manifest(name))
+        assert bind(kube_http, kube_namespace, name, node).status_code == 201
+    pods = f"/api/v1/namespaces/{kube_namespace}/pods"
 
-    # Discovery names the Eviction version the server takes: policy/v1beta1 on 1.20 (policy/v1 came in 1.22).
+    def eviction(name: str, api_version: str = "policy/v1") -> dict[str, Any]:
+        return {"apiVersion": api_version, "kind": "Eviction", "metadata": {"name": name, "namespace": kube_namespace}}
+
+    # Discovery names the Eviction version the server takes: policy/v1 (since 1.22), the one kaisched sends.
     resources = {r["name"]: r for r in kube_http.get("/api/v1").json()["resources"]}
-    assert (resources["pods/eviction"]["group"], resources["pods/eviction"]["version"]) == ("policy", "v1beta1")
+    assert (resources["pods/eviction"]["group"], resources["pods/eviction"]["version"]) == ("policy", "v1")
 
     with FakeKubelet.for_server(kube_apiserver, namespace=kube_namespace, reap_deleted=False) as kubelet:
         kubelet.wait_running(kube_namespace, "victim")
-        # The eviction subresource exists, so a policy/v1 body is not a 404 but a 400 BadRequest:
-        # a fallback to v1beta1 must not wait for a 404.
-        v1 = kube_http.post(f"{pod_path}/eviction", json={**eviction, "apiVersion": "policy/v1"})
-        assert v1.status_code == 400, v1.text
-        assert v1.json()["reason"] == "BadRequest"
-        assert 'no kind "Eviction" is registered for version "policy/v1"' in v1.json()["message"]
-        v1beta1 = kube_http.post(f"{pod_path}/eviction", json={**eviction, "apiVersion": "policy/v1beta1"})
+        v1 = kube_http.post(f"{pods}/victim/eviction", json=eviction("victim"))
+        assert v1.status_code == 201, v1.text
+        assert (v1.json()["kind"], v1.json()["status"]) == ("Status", "Success")
+        # kaisched's fallback body (for servers without policy/v1) is still taken, though deprecated
+        v1beta1 = kube_http.post(f"{pods}/old-client/eviction", json=eviction("old-client", "policy/v1beta1"))
         assert v1beta1.status_code == 201, v1beta1.text
-        # No kubelet confirms the stop: the pod stays, Terminating, with a deletionTimestamp.
+        # No kubelet confirms the stop: the pods stay, Terminating, with a deletionTimestamp.
         time.sleep(0.5)
-        pod = kube_http.get(pod_path).json()
-        assert pod["metadata"]["deletionTimestamp"]
-        assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
+        for name in ("victim", "old-client"):
+            pod = kube_http.get(f"{pods}/{name}").json()
+            assert pod["metadata"]["deletionTimestamp"]
+            assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
+        # Evicting a pod that is gone: 404 NotFound (kaisched takes it as done).
+        gone = kube_http.post(f"{pods}/no-such-pod/eviction", json=eviction("no-such-pod"))
+        assert gone.status_code == 404, gone.text
+        assert gone.json()["reason"] == "NotFound"
 
     with FakeKubelet.for_server(kube_apiserver, namespace=kube_namespace) as reaper:
         reaper.wait_deleted(kube_namespace, "victim")
-    assert kube_http.get(pod_path).status_code == 404
+        reaper.wait_deleted(kube_namespace, "old-client")
+    assert kube_http.get(f"{pods}/victim").status_code == 404
+
+
+def test_dra_is_served_in_v1_and_both_betas(kube_http: httpx2.Client) -> None:
+    """resource.k8s.io/v1 is served by default (GA in 1.34); v1beta1 and v1beta2 by ``--runtime-config``.
+    An object written in any of them reads back through v1."""
+    group = kube_http.get("/apis/resource.k8s.io").json()
+    assert {f"resource.k8s.io/{v['version']}" for v in group["versions"]} == set(DRA_VERSIONS)
+    assert group["preferredVersion"]["groupVersion"] == "resource.k8s.io/v1"
+    device = {"attributes": {"model": {"string": "H100"}}, "capacity": {"memory": {"value": "80Gi"}}}
+    for version in DRA_VERSIONS:
+        served = {r["name"] for r in kube_http.get(f"/apis/{version}").json()["resources"]}
+        assert {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"} <= served, version
+        name = unique(version.split("/")[1])
+        selector = {"cel": {"expression": "device.attributes['gpu.example.com'].model == 'H100'"}}
+        create(kube_http, f"/apis/{version}/deviceclasses", {
+            "apiVersion": version, "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [selector]}})
+        # v1beta1 nests a device's attributes and capacity under `basic`; v1beta2 and v1 do not
+        listed = {"name": "gpu-0", "basic": device} if version.endswith("v1beta1") else {"name": "gpu-0", **device}
+        create(kube_http, f"/apis/{version}/resourceslices", {
+            "apiVersion": version, "kind": "ResourceSlice", "metadata": {"name": name},
+            "spec": {"driver": "gpu.example.com", "nodeName": "gpu-node-0",
+                     "pool": {"name": "gpu-node-0", "generation": 1, "resourceSliceCount": 1}, "devices": [listed]}})
+        through_v1 = kube_http.get(f"/apis/resource.k8s.io/v1/deviceclasses/{name}").json()
+        assert through_v1["spec"]["selectors"] == [selector]
+        slice_v1 = kube_http.get(f"/apis/resource.k8s.io/v1/resourceslices/{name}").json()
+        assert slice_v1["spec"]["devices"] == [{"name": "gpu-0", **device}], version
 
 
 def watch_events(client: httpx2.Client, path: str, rv: str, seconds: int = 2) -> tuple[int, list[dict[str, Any]]]:
@@ -303,11 +353,9 @@ def test_without_the_binary_the_harness_says_how_to_build_it(
         KubeApiServer()
 
 
-def test_custom_resources_work_thanks_to_the_reflect2_swap(
+def test_custom_resources_with_a_status_subresource_round_trip(
     kube_apiserver: KubeApiServer, kube_http: httpx2.Client, kube_namespace: str
 ) -> None:
-    # With the vendored reflect2 1.0.1 the whole server segfaulted on the first custom-resource write under
-    # Go >= 1.18 (ecosystem.md 2.4); scripts/kube-apiserver.sh swaps in 1.0.2.
     group, plural = "smoke.kaisched.test", "widgets"
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -1,4 +1,4 @@
-"""Contract tests: ``kaisched run`` as a subprocess against a real kube-apiserver 1.20.2 + etcd.
+"""Contract tests: ``kaisched run`` as a subprocess against a real kube-apiserver (1.35) + etcd.
 
 The module runs its own API server (not the session's: the scheduler watches every namespace and every node,
 so objects left by other test files would change its decisions), installs the CRDs from ``deploy/crds/`` once,
@@ -9,7 +9,7 @@ scheduler's JSON log. Each scheduler's log is in the test's tmp_path; its tail i
 (shown by pytest when the test fails).
 
 Covered: a gang (minMember 4) that waits for room, then binds whole; fractional pods and their GPU group;
-reclaim between two queues (evictions through policy/v1beta1, reaped by the kubelet); the pod-grouper's
+reclaim between two queues (evictions through policy/v1, reaped by the kubelet); the pod-grouper's
 ``pg-<pod>-<uid>``; /metrics, /healthz, /readyz; the scheduler SIGKILLed mid-run and restarted; the API
 server restarted under it; leader election between two processes (short Lease timings); every log line is
 JSON; SIGTERM before the caches sync stops the process at once.
@@ -30,7 +30,7 @@ import httpx2
 import pytest
 
 import kaisched
-from tests.kube.apiserver import KubeApiServer, apiserver_binary, cache_dir, free_port
+from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, cache_dir, free_port
 from tests.kube.contract_helpers import (
     GPU,
     JSON,
@@ -62,7 +62,7 @@ TEST_LABEL = "kaisched.test/contract"
 def kube_apiserver() -> Iterator[KubeApiServer]:
     """This module's own API server, with KAI's CRDs installed (overrides the session fixture here)."""
     if apiserver_binary() is None:
-        pytest.skip(f"kube-apiserver 1.20.2 is not built (expected at {cache_dir() / 'kube-apiserver'}); "
+        pytest.skip(f"kube-apiserver {KUBE_VERSION} is not built (expected at {cache_dir() / 'kube-apiserver'}); "
                     "run `make kube-apiserver` to enable the contract tier")
     server = KubeApiServer().start()
     try:
@@ -290,7 +290,7 @@ def test_a_queue_within_its_quota_reclaims_from_one_over_quota(cluster: Cluster,
     placed = cluster.wait_bound(["a-0"])
     assert placed["a-0"] == cluster.nodes[0]
 
-    # exactly two of b's pods were evicted (through policy/v1beta1 on this server) and reaped by the kubelet
+    # exactly two of b's pods were evicted (through policy/v1 on this server) and reaped by the kubelet
     pods = cluster.pods()
     evicted = sorted(set(b_pods) - set(pods))
     assert len(evicted) == 2, (evicted, kubelet.deleted, cluster.describe())
