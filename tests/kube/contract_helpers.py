@@ -1,9 +1,9 @@
-"""Helpers for the contract tests (``tests/kube/test_contract.py``) and ``benchmarks/kube_scale.py``.
+"""Helpers for the contract tests (``tests/kube/test_contract.py``, ``test_crds.py``) and ``benchmarks/kube_scale.py``.
 
 - :func:`install_crds`: apply ``deploy/crds/*.yaml`` to a real API server and wait until each is Established.
 - Manifests: :func:`node`, :func:`queue`, :func:`pod`, :func:`pod_group`, :func:`priority_class`.
-- :class:`Kube`: a few typed calls on an ``httpx2.Client`` (create, get, list with paging, delete) that fail
-  with the path and the server's answer.
+- :class:`Kube`: a few typed calls on an ``httpx2.Client`` (create, get, list with paging, delete, the table
+  ``kubectl get`` prints) that fail with the path and the server's answer.
 - :class:`KaischedProcess`: ``kaisched run`` as a subprocess, its stderr (JSON log lines) in a file, with
   waits on its log, SIGKILL/SIGTERM, and its peak RSS read from ``/proc``.
 - :func:`wait_until`: every wait is bounded and says what it waited for.
@@ -36,6 +36,8 @@ QUEUE_LABEL = "kai.scheduler/queue"
 PODGROUPS = "/apis/scheduling.run.ai/v2alpha2"
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+#: what kubectl asks for to print a table (the server applies the CRDs' additionalPrinterColumns)
+TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io"
 #: how a child runs the ``kaisched`` console script with this interpreter (the venv's)
 KAISCHED_ARGV: tuple[str, ...] = (sys.executable, "-c", "from kaisched.cli import main; main()")
 
@@ -114,6 +116,19 @@ class Kube:
         answer = self.client.request("DELETE", path, params=params, json=body)
         if answer.status_code not in (200, 404):
             raise AssertionError(f"DELETE {path} (collection): {answer.status_code} {answer.text[:500]}")
+
+    def table(self, path: str, *, params: Mapping[str, str] | None = None) -> tuple[list[JSON], list[JSON]]:
+        """What ``kubectl get`` shows for ``path``: the server's Table (``Accept: ...;as=Table``). Returns the
+        column definitions and one ``{column name: cell}`` per row (the Name column included)."""
+        answer = self.client.get(path, headers={"Accept": TABLE_ACCEPT}, params=dict(params or {}))
+        if answer.status_code != 200:
+            raise AssertionError(f"GET {path} (as Table): {answer.status_code} {answer.text[:500]}")
+        body = answer.json()
+        if (body.get("kind"), body.get("apiVersion")) != ("Table", "meta.k8s.io/v1"):
+            raise AssertionError(f"GET {path} (as Table): not a Table: {str(body)[:500]}")
+        columns: list[JSON] = body["columnDefinitions"]
+        names = [col["name"] for col in columns]
+        return columns, [dict(zip(names, row["cells"], strict=True)) for row in body["rows"]]
 
     # ---- shortcuts
     def pods(self, namespace: str) -> dict[str, JSON]:

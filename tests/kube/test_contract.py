@@ -249,6 +249,10 @@ def test_a_gang_waits_for_room_then_binds_all_four_with_events_and_podgroup_stat
 
     status = wait_until(queue_status, WAIT_S, f"Queue {q['a']}: status.allocated 16 GPUs", describe=cluster.describe)
     assert status["requested"][GPU] == "16"
+    # ... which `kubectl get queue` shows (the CRD's printer columns on the status kaisched wrote)
+    _, [row] = cluster.kube.table(f"{QUEUES}/{q['a']}")
+    shown = (row["Parent"], row["GPU Quota"], row["GPU Limit"], row["GPU Allocated"])
+    assert shown == (f"p-{cluster.id}", 16, -1, "16"), row
     assert not cluster.events("FailedBinding")
     assert sched.running
 

@@ -1,10 +1,12 @@
 """The installation in ``deploy/``: CRDs, RBAC, the scheduler Deployment, defaults, the Helm chart, the image.
 
 * Every YAML file parses; the plain manifests agree with the chart they are generated from.
-* The CRDs are structural OpenAPI v3 schemas a Kubernetes 1.20 API server accepts (no CEL), with KAI's
-  groups, versions, kinds and fields; every Queue/PodGroup/Topology in ``examples/``, in the KAI conformance
-  scenarios (as the harness writes them) and in ``docs/install.md`` validates against them, with nothing
-  pruned. The validator for the OpenAPI subset the CRDs use is below.
+* The CRDs are structural OpenAPI v3 schemas (Kubernetes >= 1.29) with KAI's groups, versions, kinds and
+  fields, KAI's CEL rules (``x-kubernetes-validations``, each with a Python twin here) and printer columns
+  whose paths name fields of the schema; every Queue/PodGroup/Topology in ``examples/``, in the KAI
+  conformance scenarios (as the harness writes them) and in ``docs/install.md`` validates against them, with
+  nothing pruned. The validator for the OpenAPI subset the CRDs use is below; tests/kube/test_crds.py checks
+  the same rules and columns on a real API server.
 * The ClusterRole grants exactly what the scheduler does (table below), nothing with ``*``.
 * Default queues and priority classes have KAI's names and values; the config is one kaisched accepts.
 * With helm built (``scripts/helm.sh``), ``helm lint`` and ``helm template`` run on the chart.
@@ -18,7 +20,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -94,27 +96,40 @@ CRDS: dict[str, tuple[str, str, str, str, str, tuple[str, ...], bool]] = {
     "topologies.kai.scheduler": ("kai.scheduler", "v1alpha1", "Topology", "topologies", "Cluster", (), False),
 }
 
-# JSONSchemaProps fields of apiextensions.k8s.io/v1 in Kubernetes 1.20. A 1.20 server silently drops any
-# other key (x-kubernetes-validations, the CEL rules of 1.25+, would be ignored: forbidden here).
-_SCHEMA_KEYS_1_20 = frozenset({
+# JSONSchemaProps fields of apiextensions.k8s.io/v1 (as of Kubernetes 1.35). A server silently drops any
+# other key, so a misspelt one would be lost.
+_SCHEMA_KEYS = frozenset({
     "description", "type", "format", "title", "default", "maximum", "exclusiveMaximum", "minimum",
     "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems", "multipleOf", "enum",
     "maxProperties", "minProperties", "required", "items", "allOf", "oneOf", "anyOf", "not", "properties",
     "additionalProperties", "nullable", "example", "externalDocs", "x-kubernetes-preserve-unknown-fields",
     "x-kubernetes-embedded-resource", "x-kubernetes-int-or-string", "x-kubernetes-list-map-keys",
-    "x-kubernetes-list-type", "x-kubernetes-map-type",
+    "x-kubernetes-list-type", "x-kubernetes-map-type", "x-kubernetes-validations",
 })
+# fields of one x-kubernetes-validations rule, and the reasons a rule may give
+_RULE_KEYS = frozenset({"rule", "message", "messageExpression", "reason", "fieldPath", "optionalOldSelf"})
+_RULE_REASONS = frozenset({"FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate"})
 _TYPES = frozenset({"object", "array", "string", "integer", "number", "boolean"})
 _INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
 
 
 def structural_errors(schema: Mapping[str, Any], path: str = "", *, root: bool = True) -> list[str]:
-    """Why ``schema`` is not a structural schema a 1.20 API server accepts (empty: it is)."""
+    """Why ``schema`` is not a structural schema the API server accepts (empty: it is)."""
     errors: list[str] = []
     where = path or "<root>"
-    unknown = set(schema) - _SCHEMA_KEYS_1_20
+    unknown = set(schema) - _SCHEMA_KEYS
     if unknown:
-        errors.append(f"{where}: keys a 1.20 server does not know: {sorted(unknown)}")
+        errors.append(f"{where}: keys the API server does not know: {sorted(unknown)}")
+    for rule in schema.get("x-kubernetes-validations", ()):
+        if not isinstance(rule, Mapping) or not isinstance(rule.get("rule"), str) or not rule["rule"].strip():
+            errors.append(f"{where}: an x-kubernetes-validations entry without a rule: {rule!r}")
+            continue
+        if set(rule) - _RULE_KEYS:
+            errors.append(f"{where}: unknown keys in a validation rule: {sorted(set(rule) - _RULE_KEYS)}")
+        if "reason" in rule and rule["reason"] not in _RULE_REASONS:
+            errors.append(f"{where}: bad rule reason {rule['reason']!r}")
+        if not rule.get("message") and not rule.get("messageExpression"):
+            errors.append(f"{where}: rule {rule['rule']!r} has no message")
     if "uniqueItems" in schema:
         errors.append(f"{where}: uniqueItems is forbidden in structural schemas")
     int_or_string = schema.get("x-kubernetes-int-or-string") is True
@@ -210,10 +225,9 @@ def test_crds_are_the_kai_kinds() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CRDS))
-def test_crd_schemas_are_structural_without_cel(name: str) -> None:
+def test_crd_schemas_are_structural(name: str) -> None:
     crd = crd_files()[name]
     keys = set(walk_keys(crd))
-    assert "x-kubernetes-validations" not in keys, "CEL rules need Kubernetes >= 1.25; 1.20 drops them"
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert schema.get("type") == "object"
     assert structural_errors(schema) == []
@@ -221,12 +235,18 @@ def test_crd_schemas_are_structural_without_cel(name: str) -> None:
     assert "x-kubernetes-preserve-unknown-fields" not in keys
 
 
-def test_structural_check_catches_what_a_1_20_server_rejects_or_drops() -> None:
+def test_structural_check_catches_what_the_server_rejects_or_drops() -> None:
     ok = {"type": "object", "properties": {"metadata": {"type": "object"}, "a": {"type": "string"}}}
     assert structural_errors(ok) == []
     bad = [
         ({"type": "object", "properties": {"a": {"description": "no type"}}}, "no type"),
-        ({"type": "object", "properties": {"a": {"type": "string", "x-kubernetes-validations": []}}}, "1.20"),
+        ({"type": "object", "properties": {"a": {"type": "string", "x-kubernets-validations": []}}}, "not know"),
+        ({"type": "object", "properties": {"a": {"type": "string", "x-kubernetes-validations": [
+            {"message": "no rule"}]}}}, "without a rule"),
+        ({"type": "object", "properties": {"a": {"type": "string", "x-kubernetes-validations": [
+            {"rule": "self != ''"}]}}}, "no message"),
+        ({"type": "object", "properties": {"a": {"type": "string", "x-kubernetes-validations": [
+            {"rule": "self != ''", "message": "m", "reason": "Bad"}]}}}, "bad rule reason"),
         ({"type": "object", "properties": {"metadata": {"type": "object", "properties": {"x": {"type": "string"}}}}},
          "metadata"),
         ({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}, "anyOf"),
@@ -276,6 +296,112 @@ def test_crds_have_the_fields_kaisched_reads_and_writes() -> None:
     assert (schema_at(pod_group, "spec.preemptibility") or {}).get("enum") == ["preemptible", "non-preemptible"]
 
 
+def crd_rules() -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """(CRD name, schema path) -> the x-kubernetes-validations rules there."""
+    out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+
+    def walk(node: Mapping[str, Any], path: str, name: str) -> None:
+        if node.get("x-kubernetes-validations"):
+            out[(name, path)] = list(node["x-kubernetes-validations"])
+        for key, sub in node.get("properties", {}).items():
+            walk(sub, f"{path}.{key}" if path else key, name)
+        if isinstance(node.get("items"), Mapping):
+            walk(node["items"], f"{path}[*]", name)
+        if isinstance(node.get("additionalProperties"), Mapping):
+            walk(node["additionalProperties"], f"{path}{{*}}", name)
+
+    for name, crd in crd_files().items():
+        walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "", name)
+    return out
+
+
+def test_crds_carry_kais_cel_rules_and_no_others() -> None:
+    """KAI's CRDs have CEL rules on Topology.spec.levels only: immutable, unique nodeLabels, hostname last."""
+    rules = crd_rules()
+    assert set(rules) == {("topologies.kai.scheduler", "spec.levels")}
+    levels = rules[("topologies.kai.scheduler", "spec.levels")]
+    assert [is_transition_rule(r) for r in levels] == [True, False, False]
+    for rule in levels:
+        assert set(rule) == {"rule", "message"}, rule
+        cel_twin(rule)
+    schema = schemas()[("kai.scheduler/v1alpha1", "Topology")]
+    # the rules' cost is bounded (the server refuses a CRD whose rules' estimated cost is too high)
+    assert (schema_at(schema, "spec.levels") or {}).get("maxItems") == 16
+    assert (schema_at(schema, "spec.levels[*].nodeLabel") or {}).get("maxLength") == 316
+
+
+def test_every_cel_rule_has_a_python_twin() -> None:
+    found = {str(r["rule"]) for rules in crd_rules().values() for r in rules}
+    assert found == set(CEL_TWINS), "CEL_TWINS must hold exactly the CRDs' rules"
+
+
+def test_topology_levels_cannot_change_once_set() -> None:
+    levels = [{"nodeLabel": "topology.kubernetes.io/zone"}, {"nodeLabel": "kubernetes.io/hostname"}]
+    old = {"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology", "metadata": {"name": "t"},
+           "spec": {"levels": levels}}
+    assert update_errors(old, old) == []
+    relabelled = {**old, "metadata": {"name": "t", "labels": {"a": "b"}}}
+    assert update_errors(old, relabelled) == []
+    for changed_levels in (levels[1:], levels[::-1], [{"nodeLabel": "example.com/rack"}, *levels]):
+        changed = {**old, "spec": {"levels": changed_levels}}
+        assert update_errors(old, changed) == [
+            "spec.levels: levels cannot be changed once set; create a new Topology instead"]
+
+
+# name -> (column name, type, jsonPath, priority) of `kubectl get`, in order
+PRINTER_COLUMNS: dict[str, list[tuple[str, str, str, int]]] = {
+    "queues.scheduling.run.ai": [
+        ("Parent", "string", ".spec.parentQueue", 0),
+        ("GPU Quota", "number", ".spec.resources.gpu.quota", 0),
+        ("GPU Limit", "number", ".spec.resources.gpu.limit", 0),
+        ("GPU Allocated", "string", ".status.allocated.nvidia\\.com/gpu", 0),
+        ("Priority", "integer", ".spec.priority", 0),
+        ("Age", "date", ".metadata.creationTimestamp", 0),
+        ("Children", "string", ".status.childQueues", 1),  # KAI's columns, with -o wide
+        ("DisplayName", "string", ".spec.displayName", 1),
+    ],
+    "podgroups.scheduling.run.ai": [
+        ("Queue", "string", ".spec.queue", 0),
+        ("Phase", "string", ".status.phase", 0),
+        ("MinMember", "integer", ".spec.minMember", 0),
+        ("Age", "date", ".metadata.creationTimestamp", 0),
+    ],
+}
+
+
+def json_path_schema(schema: Mapping[str, Any], json_path: str) -> Mapping[str, Any] | None:
+    """The sub-schema a printer column's simple JSONPath (``.a.b``, ``\\.`` for a dot in a key) names."""
+    assert json_path.startswith("."), json_path
+    keys = [k.replace("\\.", ".") for k in re.split(r"(?<!\\)\.", json_path[1:])]
+    if keys == ["metadata", "creationTimestamp"]:
+        return {"type": "string", "format": "date-time"}  # ObjectMeta, not in the CRD's schema
+    node: Mapping[str, Any] | None = schema
+    for key in keys:
+        if node is None:
+            return None
+        extra = node.get("additionalProperties")
+        node = node.get("properties", {}).get(key) or (extra if isinstance(extra, Mapping) else None)
+    return node
+
+
+def test_printer_columns() -> None:
+    crds = crd_files()
+    for name, crd in crds.items():
+        [version] = crd["spec"]["versions"]
+        columns = version.get("additionalPrinterColumns", [])
+        got = [(col["name"], col["type"], col["jsonPath"], col.get("priority", 0)) for col in columns]
+        assert got == PRINTER_COLUMNS.get(name, []), name
+        schema = version["schema"]["openAPIV3Schema"]
+        for col in columns:
+            target = json_path_schema(schema, col["jsonPath"])
+            assert target is not None, f"{name}: column {col['name']} names no field: {col['jsonPath']}"
+            if col["type"] in ("integer", "number"):
+                assert target.get("type") == col["type"], (name, col, target)
+            if col["type"] == "date":
+                assert target.get("format") == "date-time", (name, col, target)
+    assert json_path_schema(schemas()[("scheduling.run.ai/v2", "Queue")], ".spec.resources.gpu.deserved") is None
+
+
 def schema_at(schema: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
     """The sub-schema at ``a.b[*].c{*}`` (``[*]``: array items, ``{*}``: additionalProperties)."""
     node: Mapping[str, Any] | None = schema
@@ -296,12 +422,14 @@ def schema_at(schema: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
 
 
 def validate(value: object, schema: Mapping[str, Any], path: str = "", *, root: bool = True) -> list[str]:
-    """Errors of ``value`` against a structural schema, as a 1.20 API server would see them.
+    """Errors of ``value`` against a structural schema, as the API server would see them on a create.
 
     Covers the subset the CRDs use: type, properties, required, items, additionalProperties, enum, minimum,
     maximum, minLength, maxLength, pattern, minItems, maxItems, nullable, format date-time,
-    x-kubernetes-int-or-string and x-kubernetes-preserve-unknown-fields. A field the schema does not know
-    is reported too: the server would prune it silently, so its value would be lost.
+    x-kubernetes-int-or-string, x-kubernetes-preserve-unknown-fields and the CEL rules of
+    x-kubernetes-validations, through their Python twins (:data:`CEL_TWINS`; transition rules, which read
+    ``oldSelf``, apply to updates only: :func:`update_errors`). A field the schema does not know is reported
+    too: the server would prune it silently, so its value would be lost.
     """
     where = path or "<root>"
     if value is None:
@@ -345,6 +473,61 @@ def validate(value: object, schema: Mapping[str, Any], path: str = "", *, root: 
                 errors.extend(validate(item, items, f"{path}[{i}]", root=False))
     if isinstance(value, Mapping):
         errors.extend(_validate_object(value, schema, path, root))
+    if not errors:  # CEL rules see values of the right shape (the server skips them after a type error)
+        errors.extend(f"{where}: {rule['message']}" for rule in schema.get("x-kubernetes-validations", ())
+                      if not is_transition_rule(rule) and not cel_twin(rule)(value, None))
+    return errors
+
+
+# ======================================================================= CRDs: CEL rules' Python twins
+
+_HOSTNAME = "kubernetes.io/hostname"
+
+
+def _labels(levels: Any) -> list[Any]:
+    return [level.get("nodeLabel") for level in levels]
+
+
+# CEL rule text (exactly as in the CRDs) -> what it checks, in Python: (self, oldSelf or None) -> valid.
+# A rule in a CRD without a twin here fails test_every_cel_rule_has_a_python_twin.
+Twin = Callable[[Any, Any], bool]
+CEL_TWINS: dict[str, Twin] = {
+    "self == oldSelf": lambda new, old: new == old,
+    "self.all(l, self.exists_one(m, m.nodeLabel == l.nodeLabel))":
+        lambda levels, _old: len(set(_labels(levels))) == len(levels),
+    "!self.exists(l, l.nodeLabel == 'kubernetes.io/hostname') || self[size(self) - 1].nodeLabel == "
+    "'kubernetes.io/hostname'":
+        lambda levels, _old: _HOSTNAME not in _labels(levels) or _labels(levels)[-1] == _HOSTNAME,
+}
+
+
+def is_transition_rule(rule: Mapping[str, Any]) -> bool:
+    return re.search(r"\boldSelf\b", str(rule["rule"])) is not None
+
+
+def cel_twin(rule: Mapping[str, Any]) -> Twin:
+    twin = CEL_TWINS.get(str(rule["rule"]))
+    assert twin is not None, f"no Python twin for the CEL rule {rule['rule']!r}: add it to CEL_TWINS"
+    return twin
+
+
+def update_errors(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The transition rules (``oldSelf``) an update from ``old`` to ``new`` breaks, by field path (only
+    rules on fields inside ``spec``/``status`` objects, which is where the CRDs have them)."""
+    schema = schemas()[(str(new["apiVersion"]), str(new["kind"]))]
+    errors: list[str] = []
+
+    def walk(node: Mapping[str, Any], new_value: object, old_value: object, path: str) -> None:
+        if new_value is None or old_value is None:
+            return
+        for rule in node.get("x-kubernetes-validations", ()):
+            if is_transition_rule(rule) and not cel_twin(rule)(new_value, old_value):
+                errors.append(f"{path}: {rule['message']}")
+        if isinstance(new_value, Mapping) and isinstance(old_value, Mapping):
+            for key, sub in node.get("properties", {}).items():
+                walk(sub, new_value.get(key), old_value.get(key), f"{path}.{key}" if path else key)
+
+    walk(schema, _jsonable(new), _jsonable(old), "")
     return errors
 
 
@@ -471,10 +654,16 @@ def test_validator_rejects_what_the_schemas_forbid() -> None:
         ({"levels": [{"nodeLabel": f"example.com/l{i}"} for i in range(17)]}, "more than 16 items"),
         ({"levels": [{"nodeLabel": "not a label"}]}, "does not match"),
         ({}, "missing required field 'levels'"),
+        ({"levels": [{"nodeLabel": "rack"}, {"nodeLabel": "zone"}, {"nodeLabel": "rack"}]},
+         "spec.levels: each level needs its own nodeLabel"),
+        ({"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "rack"}]},
+         "spec.levels: kubernetes.io/hostname can only be the last (lowest) level"),
     ]
     for spec, message in topology_cases:
         errors = validate_object({**topology, "spec": spec})
         assert any(message in e for e in errors), (spec, errors)
+    hosts = {"levels": [{"nodeLabel": "topology.kubernetes.io/zone"}, {"nodeLabel": "kubernetes.io/hostname"}]}
+    assert validate_object({**topology, "spec": hosts}) == []
 
 
 def test_pod_group_status_as_kai_writes_it_validates() -> None:
@@ -758,7 +947,7 @@ def test_chart_metadata_and_values() -> None:
     chart = load_docs(CHART / "Chart.yaml")[0]
     assert (chart["apiVersion"], chart["name"], chart["type"]) == ("v2", "kaisched", "application")
     assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
-    assert chart["kubeVersion"].startswith(">=1.20")
+    assert chart["kubeVersion"] == ">=1.29.0-0"  # CEL validation rules GA (docs/install.md, supported versions)
     values = load_docs(CHART / "values.yaml")[0]
     assert values["namespace"] == NAMESPACE and values["replicas"] == 2 and values["leaderElection"]["enabled"]
     # the chart's default config is the one rendered into deploy/scheduler.yaml
@@ -806,11 +995,25 @@ def helm() -> str:
     return path
 
 
-def helm_template(helm: str, *args: str) -> list[dict[str, Any]]:
-    out = subprocess.run([helm, "template", "kaisched", str(CHART), *args], capture_output=True, text=True,
-                         timeout=60, check=False)
+@cache
+def kube_version_under_test() -> str:
+    """The Kubernetes version the contract tier runs (``scripts/kube-apiserver.sh version``): the chart is
+    rendered for it (``helm template`` would otherwise assume the version helm was built for)."""
+    out = subprocess.run([str(ROOT / "scripts" / "kube-apiserver.sh"), "version"], capture_output=True, text=True,
+                         timeout=30, check=True)
+    return out.stdout.strip()
+
+
+def helm_template(helm: str, *args: str, kube_version: str | None = None) -> list[dict[str, Any]]:
+    out = run_helm_template(helm, *args, kube_version=kube_version)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.load_all(out.stdout, Loader=_LOADER) if d]
+
+
+def run_helm_template(helm: str, *args: str, kube_version: str | None = None) -> subprocess.CompletedProcess[str]:
+    version = kube_version or kube_version_under_test()
+    return subprocess.run([helm, "template", "kaisched", str(CHART), "--kube-version", version, *args],
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_helm_lint(helm: str) -> None:
@@ -859,9 +1062,16 @@ def test_helm_values_change_the_rendering(helm: str) -> None:
 
 
 def test_helm_refuses_two_replicas_without_leader_election(helm: str) -> None:
-    out = subprocess.run([helm, "template", "kaisched", str(CHART), "--set", "leaderElection.enabled=false"],
-                         capture_output=True, text=True, timeout=60)
+    out = run_helm_template(helm, "--set", "leaderElection.enabled=false")
     assert out.returncode != 0 and "leaderElection.enabled=true" in out.stderr
+
+
+def test_helm_installs_on_the_supported_kubernetes_versions_only(helm: str) -> None:
+    """1.29 and later (the CRDs' CEL rules are GA there; docs/install.md, supported versions)."""
+    for version in ("1.29.0", "1.34.2", kube_version_under_test(), "1.36.0"):
+        assert one(helm_template(helm, kube_version=version), "Deployment"), version
+    out = run_helm_template(helm, kube_version="1.28.9")
+    assert out.returncode != 0 and "chart requires kubeVersion: >=1.29.0-0" in out.stderr, out.stderr
 
 
 def test_helm_config_values_reach_the_config_map(helm: str) -> None:
