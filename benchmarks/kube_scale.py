@@ -1,4 +1,4 @@
-"""``python -m benchmarks.kube_scale``: ``kaisched run`` against a real kube-apiserver 1.20.2 at scale.
+"""``python -m benchmarks.kube_scale``: ``kaisched run`` against a real kube-apiserver (1.35) at scale.
 
 Starts the contract tier's API server and etcd (``tests/kube/apiserver.py``, so the cached binary from
 ``make kube-apiserver`` is needed), installs the CRDs from ``deploy/crds/``, then creates, with a pool of
