@@ -97,6 +97,19 @@ QUEUE_KIND: Final = "Queue"
 POD_GROUP_KIND: Final = "PodGroup"
 PRIORITY_CLASS_KIND: Final = "PriorityClass"
 TOPOLOGY_KIND: Final = "Topology"
+
+# Dynamic Resource Allocation: the same kinds are read in every version below (v1 first); v1beta1 nests
+# a request's exact fields and a device's attributes/capacity differently
+RESOURCE_V1_API_VERSION: Final = "resource.k8s.io/v1"
+RESOURCE_V1BETA2_API_VERSION: Final = "resource.k8s.io/v1beta2"
+RESOURCE_V1BETA1_API_VERSION: Final = "resource.k8s.io/v1beta1"
+RESOURCE_API_VERSIONS: Final = (RESOURCE_V1_API_VERSION, RESOURCE_V1BETA2_API_VERSION, RESOURCE_V1BETA1_API_VERSION)
+DEVICE_CLASS_KIND: Final = "DeviceClass"
+RESOURCE_SLICE_KIND: Final = "ResourceSlice"
+RESOURCE_CLAIM_KIND: Final = "ResourceClaim"
+RESOURCE_CLAIM_TEMPLATE_KIND: Final = "ResourceClaimTemplate"
+ALLOCATION_MODE_EXACT_COUNT: Final = "ExactCount"  # a device request's allocationMode (the default)
+ALLOCATION_MODE_ALL: Final = "All"
 MAX_TOPOLOGY_LEVELS: Final = 16
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 

@@ -146,6 +146,15 @@ class PodCondition:
 
 
 @dataclass(frozen=True, slots=True)
+class PodResourceClaim:
+    """One entry of a pod's ``spec.resourceClaims``: a claim by name, or a template to make one from."""
+
+    name: str
+    resource_claim_name: str = ""
+    resource_claim_template_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Pod:
     meta: ObjectMeta
     scheduler_name: str = "default-scheduler"
@@ -162,6 +171,9 @@ class Pod:
     scheduling_gates: tuple[str, ...] = ()
     nominated_node_name: str = ""
     conditions: tuple[PodCondition, ...] = ()
+    resource_claims: tuple[PodResourceClaim, ...] = ()
+    # status.resourceClaimStatuses: pod claim name -> the ResourceClaim made for it ("": none is needed)
+    resource_claim_statuses: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def requests(self) -> dict[str, float]:
@@ -306,7 +318,118 @@ class Workload:
         return self.api_version.rpartition("/")[0]
 
 
-KubeObject = Node | Pod | Queue | PodGroup | PriorityClass | Topology | Workload
+# ---- Dynamic Resource Allocation (resource.k8s.io v1; v1beta1 and v1beta2 read into the same shapes) ----
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAttribute:
+    """A typed device attribute: ``kind`` is ``int``, ``bool``, ``string`` or ``version`` (semver text)."""
+
+    kind: str
+    value: bool | int | str
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device a ResourceSlice publishes. Attribute and capacity names are fully qualified
+    (``gpu.nvidia.com/productName``: a name written without a domain gets the slice's driver as its domain);
+    capacities are in base units (bytes for memory, counts otherwise)."""
+
+    name: str
+    attributes: Mapping[str, DeviceAttribute] = field(default_factory=dict)
+    capacity: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    meta: ObjectMeta
+    selectors: tuple[str, ...] = ()  # CEL expressions, all must be true
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    """``spec.nodeName`` (node-local), ``spec.nodeSelector`` or ``spec.allNodes``: exactly one is set."""
+
+    meta: ObjectMeta
+    driver: str
+    pool: str
+    pool_generation: int = 0
+    pool_slice_count: int = 1
+    node_name: str = ""
+    node_selector: tuple[NodeSelectorTerm, ...] | None = None
+    all_nodes: bool = False
+    devices: tuple[Device, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSubRequest:
+    """What a claim asks for one request (``exactly``) or one alternative of ``firstAvailable``."""
+
+    name: str
+    device_class_name: str
+    selectors: tuple[str, ...] = ()  # CEL expressions
+    allocation_mode: str = "ExactCount"  # ExactCount | All
+    count: int = 1
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    name: str
+    exactly: DeviceSubRequest | None = None
+    first_available: tuple[DeviceSubRequest, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConstraint:
+    requests: tuple[str, ...] = ()  # empty: every request of the claim
+    match_attribute: str = ""  # fully qualified attribute name
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimSpec:
+    requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[DeviceConstraint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequestResult:
+    request: str  # "<request>" or "<request>/<subrequest>"
+    driver: str
+    pool: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimConsumer:
+    """An entry of ``status.reservedFor``."""
+
+    resource: str
+    name: str
+    uid: str
+    api_group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    meta: ObjectMeta
+    spec: ResourceClaimSpec
+    api_version: str = "resource.k8s.io/v1"
+    allocation: tuple[DeviceRequestResult, ...] | None = None  # None: not allocated
+    allocation_node_selector: tuple[NodeSelectorTerm, ...] | None = None
+    reserved_for: tuple[ClaimConsumer, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimTemplate:
+    meta: ObjectMeta
+    spec: ResourceClaimSpec
+    claim_labels: Mapping[str, str] = field(default_factory=dict)  # spec.metadata.labels of the claims made
+    claim_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+DraObject = DeviceClass | ResourceSlice | ResourceClaim | ResourceClaimTemplate
+KubeObject = Node | Pod | Queue | PodGroup | PriorityClass | Topology | Workload | DraObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +462,10 @@ class ParsedObjects:
     priority_classes: list[PriorityClass] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
+    device_classes: list[DeviceClass] = field(default_factory=list)
+    resource_slices: list[ResourceSlice] = field(default_factory=list)
+    resource_claims: list[ResourceClaim] = field(default_factory=list)
+    resource_claim_templates: list[ResourceClaimTemplate] = field(default_factory=list)
     errors: list[ObjectError] = field(default_factory=list)
 
     def add(self, obj: KubeObject) -> None:
@@ -355,6 +482,14 @@ class ParsedObjects:
             self.topologies.append(obj)
         elif isinstance(obj, Workload):
             self.workloads.append(obj)
+        elif isinstance(obj, ResourceClaim):
+            self.resource_claims.append(obj)
+        elif isinstance(obj, ResourceSlice):
+            self.resource_slices.append(obj)
+        elif isinstance(obj, DeviceClass):
+            self.device_classes.append(obj)
+        elif isinstance(obj, ResourceClaimTemplate):
+            self.resource_claim_templates.append(obj)
         else:
             self.priority_classes.append(obj)
 
@@ -363,4 +498,6 @@ class ParsedObjects:
         return ParsedObjects(nodes=list(self.nodes), pods=list(self.pods), queues=list(self.queues),
                              pod_groups=list(self.pod_groups), priority_classes=list(self.priority_classes),
                              topologies=list(self.topologies), workloads=list(self.workloads),
-                             errors=list(self.errors))
+                             device_classes=list(self.device_classes), resource_slices=list(self.resource_slices),
+                             resource_claims=list(self.resource_claims),
+                             resource_claim_templates=list(self.resource_claim_templates), errors=list(self.errors))

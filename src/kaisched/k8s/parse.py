@@ -23,8 +23,16 @@ from typing import Any, Final
 from kaisched.k8s import constants as c
 from kaisched.k8s.objects import (
     Affinity,
+    ClaimConsumer,
     Container,
     ContainerPort,
+    Device,
+    DeviceAttribute,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceRequest,
+    DeviceRequestResult,
+    DeviceSubRequest,
     KubeObject,
     LabelSelector,
     LabelSelectorRequirement,
@@ -42,11 +50,16 @@ from kaisched.k8s.objects import (
     PodAffinityTerm,
     PodCondition,
     PodGroup,
+    PodResourceClaim,
     PreferredSchedulingTerm,
     PriorityClass,
     Queue,
     QueueResource,
     QueueResources,
+    ResourceClaim,
+    ResourceClaimSpec,
+    ResourceClaimTemplate,
+    ResourceSlice,
     SubGroup,
     Taint,
     Toleration,
@@ -55,7 +68,7 @@ from kaisched.k8s.objects import (
     WeightedPodAffinityTerm,
     Workload,
 )
-from kaisched.k8s.quantity import QuantityError, parse_duration, to_canonical
+from kaisched.k8s.quantity import QuantityError, parse_duration, parse_quantity, to_canonical
 
 __all__ = ["parse_objects"]
 
@@ -64,6 +77,12 @@ _IDENTIFIER_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _RFC3339_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII)
 _INTEGER_RE: Final = re.compile(r"[+-]?\d+", re.ASCII)
 _NUMBER_RE: Final = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_SEMVER_ID: Final = r"(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)"
+_SEMVER_RE: Final = re.compile(
+    rf"(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)(?:-{_SEMVER_ID}(?:\.{_SEMVER_ID})*)?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?",
+    re.ASCII,
+)
 
 _POD_PHASES: Final = frozenset({"Pending", "Running", "Succeeded", "Failed", "Unknown"})
 _TAINT_EFFECTS: Final = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
@@ -76,6 +95,10 @@ _QUEUE_RESOURCE_NAMES: Final = ("gpu", "cpu", "memory")
 _MAX_PORT: Final = 65535
 _MIN_WEIGHT: Final = 1
 _MAX_WEIGHT: Final = 100
+_ALLOCATION_MODES: Final = frozenset({c.ALLOCATION_MODE_EXACT_COUNT, c.ALLOCATION_MODE_ALL})
+_ATTRIBUTE_KINDS: Final = ("int", "bool", "string", "version")  # DeviceAttribute: exactly one is set
+# v1beta1 keeps these fields of an exact device request on the request itself (v1, v1beta2: under `exactly`)
+_EXACT_REQUEST_FIELDS: Final = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess")
 
 
 # ------------------------------------------------------------------------------------- entry point
@@ -105,12 +128,13 @@ def parse_objects(docs: Iterable[Mapping[str, Any]]) -> ParsedObjects:
 class _Ctx:
     """Error sink for one object; ``failed`` means the object must be dropped."""
 
-    __slots__ = ("errors", "failed", "label")
+    __slots__ = ("api_version", "errors", "failed", "label")
 
     def __init__(self, label: str, errors: list[ObjectError]) -> None:
         self.label = label
         self.errors = errors
         self.failed = False
+        self.api_version = ""  # the object's (accepted) apiVersion, for kinds read in several versions
 
     def error(self, field: str, message: str) -> None:
         self.errors.append(ObjectError(self.label, field, message))
@@ -121,10 +145,10 @@ _ObjectParser = Callable[[_Ctx, Mapping[str, Any], ObjectMeta], KubeObject]
 
 
 class _KindInfo:
-    __slots__ = ("api_version", "namespaced", "parse")
+    __slots__ = ("api_versions", "namespaced", "parse")
 
-    def __init__(self, api_version: str, namespaced: bool, parse: _ObjectParser) -> None:
-        self.api_version = api_version
+    def __init__(self, api_versions: Iterable[str], namespaced: bool, parse: _ObjectParser) -> None:
+        self.api_versions = frozenset(api_versions)
         self.namespaced = namespaced
         self.parse = parse
 
@@ -176,7 +200,7 @@ class _Parser:
         api_version = doc.get("apiVersion")
         if versions is None or api_version not in versions:
             return None  # e.g. a core v1 Service, or a kind kaisched does not run
-        return _KindInfo(str(api_version), True, _parse_workload)
+        return _KindInfo((str(api_version),), True, _parse_workload)
 
     def _report_unsupported(self, doc: Mapping[str, Any], kind: str) -> None:
         metadata = doc.get("metadata")
@@ -204,9 +228,10 @@ class _Parser:
         label = f"{kind} {namespace}/{name}" if info.namespaced else f"{kind} {name}"
         ctx = _Ctx(label, self.result.errors)
         api_version = doc.get("apiVersion") or default_api_version
-        if api_version != info.api_version:
-            ctx.error("apiVersion", _api_version_message(api_version, kind, info.api_version))
+        if not isinstance(api_version, str) or api_version not in info.api_versions:
+            ctx.error("apiVersion", _api_version_message(api_version, kind, info.api_versions))
             return
+        ctx.api_version = api_version
         key = (kind, namespace if isinstance(namespace, str) else "", name)
         if key in self.seen:
             ctx.error("metadata.name", f"duplicate {label}: only the first definition is used")
@@ -242,7 +267,9 @@ def _kind_message(kind: object) -> str:
     return f"kind must be a string, got {_type_name(kind)}"
 
 
-def _api_version_message(api_version: object, kind: str, expected: str) -> str:
+def _api_version_message(api_version: object, kind: str, versions: Iterable[str]) -> str:
+    *others, last = sorted(versions)
+    expected = f"{', '.join(others)} or {last}" if others else last
     if api_version is None or api_version == "":
         return f"missing apiVersion (expected {expected} for {kind})"
     return f"unsupported apiVersion {api_version!r} for {kind} (expected {expected})"
@@ -342,6 +369,8 @@ def _parse_pod(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> Pod:
     tolerations = get("tolerations")
     gates = get("schedulingGates")
     conditions = status.get("conditions")
+    claims = get("resourceClaims")
+    claim_statuses = status.get("resourceClaimStatuses")
     scheduler_name = get("schedulerName")
     if type(scheduler_name) is not str:
         scheduler_name = _str(ctx, spec, "schedulerName", "spec")
@@ -367,6 +396,11 @@ def _parse_pod(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> Pod:
         scheduling_gates=() if gates is None else _scheduling_gates(ctx, gates, "spec.schedulingGates"),
         nominated_node_name=_str(ctx, status, "nominatedNodeName", "status"),
         conditions=() if conditions is None else _pod_conditions(ctx, conditions, "status.conditions"),
+        resource_claims=() if claims is None else _pod_resource_claims(ctx, claims, "spec.resourceClaims"),
+        resource_claim_statuses=(
+            {} if claim_statuses is None
+            else _pod_claim_statuses(ctx, claim_statuses, "status.resourceClaimStatuses")
+        ),
     )
 
 
@@ -499,6 +533,39 @@ def _pod_conditions(ctx: _Ctx, value: object, field: str) -> tuple[PodCondition,
     return tuple(conditions)
 
 
+def _pod_resource_claims(ctx: _Ctx, value: object, field: str) -> tuple[PodResourceClaim, ...]:
+    claims: list[PodResourceClaim] = []
+    index_by_name: dict[str, int] = {}
+    for i, item in enumerate(_list(ctx, value, field)):
+        path = f"{field}[{i}]"
+        claim = _mapping(ctx, item, path)
+        errors_before = len(ctx.errors)
+        name = _required_str(ctx, claim, "name", path)
+        claim_name = _str(ctx, claim, "resourceClaimName", path)
+        template_name = _str(ctx, claim, "resourceClaimTemplateName", path)
+        if bool(claim_name) == bool(template_name) and len(ctx.errors) == errors_before:
+            ctx.error(path, "exactly one of resourceClaimName, resourceClaimTemplateName must be set")
+        if name in index_by_name:
+            ctx.error(f"{path}.name", f"duplicate resource claim name {name!r} (also {field}[{index_by_name[name]}])")
+        elif name:
+            index_by_name[name] = i
+        claims.append(PodResourceClaim(name, claim_name, template_name))
+    return tuple(claims)
+
+
+def _pod_claim_statuses(ctx: _Ctx, value: object, field: str) -> dict[str, str]:
+    """Pod claim name -> the ResourceClaim made for it ("" when none is needed)."""
+    statuses: dict[str, str] = {}
+    for i, item in enumerate(_list(ctx, value, field)):
+        path = f"{field}[{i}]"
+        status = _mapping(ctx, item, path)
+        name = _required_str(ctx, status, "name", path)
+        if name in statuses:
+            ctx.error(f"{path}.name", f"duplicate resource claim name {name!r}")
+        statuses[name] = _str(ctx, status, "resourceClaimName", path)
+    return statuses
+
+
 # ----------------------------------------------------------------------------------------- affinity
 
 
@@ -522,13 +589,7 @@ def _node_affinity(ctx: _Ctx, value: object, field: str) -> NodeAffinity:
     raw_preferred = affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
     required: tuple[NodeSelectorTerm, ...] | None = None
     if raw_required is not None:
-        required_field = f"{field}.requiredDuringSchedulingIgnoredDuringExecution"
-        selector = _mapping(ctx, raw_required, required_field)
-        terms_field = f"{required_field}.nodeSelectorTerms"
-        raw_terms = _list(ctx, selector.get("nodeSelectorTerms"), terms_field)
-        if not raw_terms:
-            ctx.error(terms_field, "must contain at least one node selector term")
-        required = tuple([_node_selector_term(ctx, term, f"{terms_field}[{i}]") for i, term in enumerate(raw_terms)])
+        required = _node_selector(ctx, raw_required, f"{field}.requiredDuringSchedulingIgnoredDuringExecution")
     if raw_preferred is None:
         return NodeAffinity(required=required)
     preferred: list[PreferredSchedulingTerm] = []
@@ -540,6 +601,15 @@ def _node_affinity(ctx: _Ctx, value: object, field: str) -> NodeAffinity:
         preference = _node_selector_term(ctx, weighted.get("preference"), f"{path}.preference")
         preferred.append(PreferredSchedulingTerm(weight, preference))
     return NodeAffinity(required=required, preferred=tuple(preferred))
+
+
+def _node_selector(ctx: _Ctx, value: object, field: str) -> tuple[NodeSelectorTerm, ...]:
+    """A core NodeSelector: its terms (ORed), at least one."""
+    terms_field = f"{field}.nodeSelectorTerms"
+    raw_terms = _list(ctx, _mapping(ctx, value, field).get("nodeSelectorTerms"), terms_field)
+    if not raw_terms:
+        ctx.error(terms_field, "must contain at least one node selector term")
+    return tuple([_node_selector_term(ctx, term, f"{terms_field}[{i}]") for i, term in enumerate(raw_terms)])
 
 
 def _node_selector_term(ctx: _Ctx, value: object, path: str) -> NodeSelectorTerm:
@@ -960,14 +1030,377 @@ def _parse_priority_class(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -
     )
 
 
+# -------------------------------------------------------------------- dynamic resource allocation
+# resource.k8s.io v1, v1beta2 and v1beta1 are read into the same shapes; v1beta1 keeps a request's exact
+# fields on the request (v1: under `exactly`) and a device's attributes and capacity under `basic`.
+
+
+def _parse_device_class(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> DeviceClass:
+    spec = _mapping(ctx, doc.get("spec"), "spec")
+    return DeviceClass(meta=meta, selectors=_selectors(ctx, spec.get("selectors"), "spec.selectors"))
+
+
+def _selectors(ctx: _Ctx, value: object, field: str) -> tuple[str, ...]:
+    """``[{cel: {expression}}]`` as the expressions (compiled elsewhere, only required to be non-empty here)."""
+    expressions: list[str] = []
+    for i, item in enumerate(_list(ctx, value, field)):
+        path = f"{field}[{i}]"
+        if type(item) is not dict and not isinstance(item, Mapping):
+            ctx.error(path, f"expected a mapping ({{cel: {{expression: ...}}}}), got {_type_name(item)}")
+            continue
+        cel = item.get("cel")
+        if cel is None:
+            ctx.error(f"{path}.cel", "is required (a CEL selector: cel.expression)")
+            continue
+        if type(cel) is not dict and not isinstance(cel, Mapping):
+            ctx.error(f"{path}.cel", f"expected a mapping ({{expression: ...}}), got {_type_name(cel)}")
+            continue
+        expression = cel.get("expression")
+        if type(expression) is not str or not expression.strip():
+            ctx.error(f"{path}.cel.expression", f"must be a non-empty CEL expression, got {_describe(expression)}")
+            continue
+        expressions.append(expression)
+    return tuple(expressions)
+
+
+def _parse_resource_slice(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> ResourceSlice:
+    spec = _mapping(ctx, doc.get("spec"), "spec")
+    driver = _required_str(ctx, spec, "driver", "spec")
+    pool = _mapping(ctx, spec.get("pool"), "spec.pool")
+    generation = _int(ctx, pool, "generation", "spec.pool", 0)
+    slice_count = _int(ctx, pool, "resourceSliceCount", "spec.pool", 1)
+    if generation < 0:
+        ctx.error("spec.pool.generation", f"must be >= 0, got {generation}")
+    if slice_count < 1:
+        ctx.error("spec.pool.resourceSliceCount", f"must be >= 1, got {slice_count}")
+    node_name = _str(ctx, spec, "nodeName", "spec")
+    raw_selector = spec.get("nodeSelector")
+    node_selector = None if raw_selector is None else _node_selector(ctx, raw_selector, "spec.nodeSelector")
+    if node_selector is not None and len(node_selector) > 1:
+        ctx.error("spec.nodeSelector.nodeSelectorTerms", f"must contain exactly one term, got {len(node_selector)}")
+    all_nodes = _bool(ctx, spec, "allNodes", "spec", False)
+    if _bool(ctx, spec, "perDeviceNodeSelection", "spec", False):
+        ctx.error("spec.perDeviceNodeSelection",
+                  "not supported: set nodeName, nodeSelector or allNodes on the slice instead of on each device")
+    elif bool(node_name) + (node_selector is not None) + all_nodes != 1:
+        ctx.error("spec", "exactly one of nodeName, nodeSelector, allNodes must be set")
+    return ResourceSlice(
+        meta=meta,
+        driver=driver,
+        pool=_required_str(ctx, pool, "name", "spec.pool"),
+        pool_generation=generation,
+        pool_slice_count=slice_count,
+        node_name=node_name,
+        node_selector=node_selector,
+        all_nodes=all_nodes,
+        devices=_devices(ctx, spec.get("devices"), "spec.devices", driver),
+    )
+
+
+def _devices(ctx: _Ctx, value: object, field: str, driver: str) -> tuple[Device, ...]:
+    devices: list[Device] = []
+    index_by_name: dict[str, int] = {}
+    beta1 = ctx.api_version == c.RESOURCE_V1BETA1_API_VERSION
+    for i, item in enumerate(_list(ctx, value, field)):
+        path = f"{field}[{i}]"
+        device = _mapping(ctx, item, path)
+        name = _required_str(ctx, device, "name", path)
+        if name in index_by_name:
+            ctx.error(f"{path}.name", f"duplicate device name {name!r} (also {field}[{index_by_name[name]}])")
+        elif name:
+            index_by_name[name] = i
+        if beta1:
+            misplaced = [key for key in ("attributes", "capacity") if device.get(key) is not None]
+            if misplaced:
+                ctx.error(f"{path}.{misplaced[0]}",
+                          f"in {ctx.api_version} the attributes and capacity of a device sit under basic")
+            fields, fields_path = _mapping(ctx, device.get("basic"), f"{path}.basic"), f"{path}.basic"
+        else:
+            if device.get("basic") is not None:
+                ctx.error(f"{path}.basic", f"not a field in {ctx.api_version}: attributes and capacity sit directly "
+                                           f"on the device (basic is the {c.RESOURCE_V1BETA1_API_VERSION} layout)")
+            fields, fields_path = device, path
+        attributes = fields.get("attributes")
+        capacity = fields.get("capacity")
+        devices.append(Device(
+            name=name,
+            attributes={} if attributes is None else _device_attributes(ctx, attributes, f"{fields_path}.attributes",
+                                                                         driver),
+            capacity={} if capacity is None else _device_capacity(ctx, capacity, f"{fields_path}.capacity", driver),
+        ))  # fmt: skip
+    return tuple(devices)
+
+
+def _qualified_name(ctx: _Ctx, key: object, field: str, driver: str) -> str:
+    """An attribute or capacity name with its domain (the driver's when written without one); "" if invalid."""
+    if type(key) is not str:
+        ctx.error(f"{field}[{key!r}]", f"names must be strings, got {_describe(key)}")
+        return ""
+    domain, slash, name = key.rpartition("/")
+    if (slash and not domain) or _IDENTIFIER_RE.fullmatch(name) is None:
+        ctx.error(_join(field, key), "invalid name: expected an identifier like productName, optionally with a "
+                                     "domain (gpu.example.com/productName)")
+        return ""
+    return key if slash else f"{driver}/{key}"
+
+
+def _device_attributes(ctx: _Ctx, value: object, field: str, driver: str) -> dict[str, DeviceAttribute]:
+    attributes: dict[str, DeviceAttribute] = {}
+    for key, raw in _mapping(ctx, value, field).items():
+        name = _qualified_name(ctx, key, field, driver)
+        if not name:
+            continue
+        path = _join(field, key)
+        if name in attributes:
+            ctx.error(path, f"duplicate attribute {name!r} (a name without a domain gets the driver's, {driver})")
+        attribute = _device_attribute(ctx, raw, path)
+        if attribute is not None:
+            attributes[name] = attribute
+    return attributes
+
+
+def _device_attribute(ctx: _Ctx, value: object, path: str) -> DeviceAttribute | None:
+    if type(value) is not dict and not isinstance(value, Mapping):
+        ctx.error(path, f"expected a mapping with one of int, bool, string, version, got {_type_name(value)}")
+        return None
+    kinds = [kind for kind in _ATTRIBUTE_KINDS if value.get(kind) is not None]
+    if len(kinds) != 1:
+        ctx.error(path, "exactly one of int, bool, string, version must be set")
+        return None
+    kind = kinds[0]
+    raw = value[kind]
+    if kind == "int":
+        number = _optional_int(ctx, value, kind, path)
+        return None if number is None else DeviceAttribute(kind, number)
+    if kind == "bool":
+        ok = isinstance(raw, bool)
+        expected = "must be true or false"
+    elif kind == "string":
+        ok = isinstance(raw, str)
+        expected = "must be a string"
+    else:
+        ok = isinstance(raw, str) and _SEMVER_RE.fullmatch(raw) is not None
+        expected = "must be a semantic version like 1.2.3"
+    if not ok:
+        ctx.error(f"{path}.{kind}", f"{expected}, got {_describe(raw)}")
+        return None
+    return DeviceAttribute(kind, raw)
+
+
+def _device_capacity(ctx: _Ctx, value: object, field: str, driver: str) -> dict[str, float]:
+    """Capacity name -> amount in base units (``{value: 80Gi}`` -> bytes)."""
+    capacity: dict[str, float] = {}
+    for key, raw in _mapping(ctx, value, field).items():
+        name = _qualified_name(ctx, key, field, driver)
+        if not name:
+            continue
+        path = _join(field, key)
+        if name in capacity:
+            ctx.error(path, f"duplicate capacity {name!r} (a name without a domain gets the driver's, {driver})")
+        if type(raw) is not dict and not isinstance(raw, Mapping):
+            ctx.error(path, f"expected a mapping ({{value: <quantity>}}), got {_type_name(raw)}")
+            continue
+        amount = raw.get("value")
+        if amount is None:
+            ctx.error(f"{path}.value", "is required (a quantity like 80Gi or 1)")
+            continue
+        try:
+            capacity[name] = parse_quantity(amount)
+        except QuantityError as exc:
+            ctx.error(f"{path}.value", str(exc))
+            continue
+        if capacity[name] < 0:
+            ctx.error(f"{path}.value", f"must not be negative, got {amount!r}")
+    return capacity
+
+
+def _parse_resource_claim(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> ResourceClaim:
+    spec = _claim_spec(ctx, doc.get("spec"), "spec")
+    status = _mapping(ctx, doc.get("status"), "status")
+    raw_allocation = status.get("allocation")
+    reserved_for = status.get("reservedFor")
+    allocation: tuple[DeviceRequestResult, ...] | None = None
+    node_selector: tuple[NodeSelectorTerm, ...] | None = None
+    if raw_allocation is not None:
+        allocation_map = _mapping(ctx, raw_allocation, "status.allocation")
+        devices = _mapping(ctx, allocation_map.get("devices"), "status.allocation.devices")
+        allocation = _allocation_results(ctx, devices.get("results"), "status.allocation.devices.results")
+        raw_selector = allocation_map.get("nodeSelector")
+        if raw_selector is not None:
+            node_selector = _node_selector(ctx, raw_selector, "status.allocation.nodeSelector")
+    return ResourceClaim(
+        meta=meta,
+        spec=spec,
+        api_version=ctx.api_version,
+        allocation=allocation,
+        allocation_node_selector=node_selector,
+        reserved_for=() if reserved_for is None else _claim_consumers(ctx, reserved_for, "status.reservedFor"),
+    )
+
+
+def _allocation_results(ctx: _Ctx, value: object, field: str) -> tuple[DeviceRequestResult, ...]:
+    results: list[DeviceRequestResult] = []
+    for i, item in enumerate(_list(ctx, value, field)):
+        path = f"{field}[{i}]"
+        result = _mapping(ctx, item, path)
+        results.append(DeviceRequestResult(
+            request=_required_str(ctx, result, "request", path),
+            driver=_required_str(ctx, result, "driver", path),
+            pool=_required_str(ctx, result, "pool", path),
+            device=_required_str(ctx, result, "device", path),
+        ))  # fmt: skip
+    return tuple(results)
+
+
+def _claim_consumers(ctx: _Ctx, value: object, field: str) -> tuple[ClaimConsumer, ...]:
+    consumers: list[ClaimConsumer] = []
+    for i, item in enumerate(_list(ctx, value, field)):
+        path = f"{field}[{i}]"
+        consumer = _mapping(ctx, item, path)
+        consumers.append(ClaimConsumer(
+            resource=_required_str(ctx, consumer, "resource", path),
+            name=_required_str(ctx, consumer, "name", path),
+            uid=_required_str(ctx, consumer, "uid", path),
+            api_group=_str(ctx, consumer, "apiGroup", path),
+        ))  # fmt: skip
+    return tuple(consumers)
+
+
+def _parse_resource_claim_template(ctx: _Ctx, doc: Mapping[str, Any], meta: ObjectMeta) -> ResourceClaimTemplate:
+    spec = _mapping(ctx, doc.get("spec"), "spec")
+    metadata = _mapping(ctx, spec.get("metadata"), "spec.metadata")
+    labels = metadata.get("labels")
+    annotations = metadata.get("annotations")
+    return ResourceClaimTemplate(
+        meta=meta,
+        spec=_claim_spec(ctx, spec.get("spec"), "spec.spec"),
+        claim_labels={} if labels is None else _str_map(ctx, labels, "spec.metadata.labels"),
+        claim_annotations={} if annotations is None else _str_map(ctx, annotations, "spec.metadata.annotations"),
+    )
+
+
+def _claim_spec(ctx: _Ctx, value: object, field: str) -> ResourceClaimSpec:
+    devices = _mapping(ctx, _mapping(ctx, value, field).get("devices"), f"{field}.devices")
+    requests: list[DeviceRequest] = []
+    index_by_name: dict[str, int] = {}
+    requests_field = f"{field}.devices.requests"
+    errors_before = len(ctx.errors)
+    for i, item in enumerate(_list(ctx, devices.get("requests"), requests_field)):
+        path = f"{requests_field}[{i}]"
+        request = _device_request(ctx, item, path)
+        if request.name in index_by_name:
+            first = index_by_name[request.name]
+            ctx.error(f"{path}.name", f"duplicate request name {request.name!r} (also {requests_field}[{first}])")
+        elif request.name:
+            index_by_name[request.name] = i
+        requests.append(request)
+    known: set[str] | None = None  # request names constraints may use (None: unknown, the requests are broken)
+    if len(ctx.errors) == errors_before:
+        known = set(index_by_name)
+        known.update(f"{r.name}/{sub.name}" for r in requests for sub in r.first_available)
+    constraints: list[DeviceConstraint] = []
+    constraints_field = f"{field}.devices.constraints"
+    for i, item in enumerate(_list(ctx, devices.get("constraints"), constraints_field)):
+        constraints.append(_device_constraint(ctx, item, f"{constraints_field}[{i}]", known))
+    return ResourceClaimSpec(requests=tuple(requests), constraints=tuple(constraints))
+
+
+def _device_request(ctx: _Ctx, value: object, path: str) -> DeviceRequest:
+    request = _mapping(ctx, value, path)
+    name = _required_str(ctx, request, "name", path)
+    raw_first = request.get("firstAvailable")
+    exactly: DeviceSubRequest | None = None
+    if ctx.api_version == c.RESOURCE_V1BETA1_API_VERSION:
+        if request.get("exactly") is not None:
+            ctx.error(f"{path}.exactly", f"not a field in {ctx.api_version}: deviceClassName, selectors, "
+                                         "allocationMode, count and adminAccess sit directly on the request")
+        elif raw_first is None:
+            exactly = _sub_request(ctx, request, path, name, admin_access=True)
+        elif any(request.get(key) is not None for key in _EXACT_REQUEST_FIELDS):
+            ctx.error(path, f"firstAvailable excludes {', '.join(_EXACT_REQUEST_FIELDS)}")
+    else:
+        raw_exactly = request.get("exactly")
+        misplaced = [key for key in _EXACT_REQUEST_FIELDS if request.get(key) is not None]
+        if misplaced:
+            ctx.error(f"{path}.{misplaced[0]}", f"not a field in {ctx.api_version}: {', '.join(misplaced)} sit "
+                      f"under exactly (on the request itself only in {c.RESOURCE_V1BETA1_API_VERSION})")
+        elif (raw_exactly is None) == (raw_first is None):
+            ctx.error(path, "exactly one of exactly, firstAvailable must be set")
+        elif raw_exactly is not None:
+            exact_path = f"{path}.exactly"
+            exactly = _sub_request(ctx, _mapping(ctx, raw_exactly, exact_path), exact_path, name, admin_access=True)
+    if raw_first is None:
+        return DeviceRequest(name=name, exactly=exactly)
+    first_field = f"{path}.firstAvailable"
+    items = _list(ctx, raw_first, first_field)
+    if not items:
+        ctx.error(first_field, "must contain at least one subrequest")
+    subs: list[DeviceSubRequest] = []
+    index_by_name: dict[str, int] = {}
+    for i, item in enumerate(items):
+        sub_path = f"{first_field}[{i}]"
+        sub_map = _mapping(ctx, item, sub_path)
+        sub = _sub_request(ctx, sub_map, sub_path, _required_str(ctx, sub_map, "name", sub_path), admin_access=False)
+        if sub.name in index_by_name:
+            ctx.error(f"{sub_path}.name",
+                      f"duplicate subrequest name {sub.name!r} (also {first_field}[{index_by_name[sub.name]}])")
+        elif sub.name:
+            index_by_name[sub.name] = i
+        subs.append(sub)
+    return DeviceRequest(name=name, exactly=exactly, first_available=tuple(subs))
+
+
+def _sub_request(ctx: _Ctx, m: Mapping[str, Any], path: str, name: str, admin_access: bool) -> DeviceSubRequest:
+    """An exact request (``admin_access``: it may ask for admin access) or one alternative of firstAvailable."""
+    class_name = _required_str(ctx, m, "deviceClassName", path)
+    selectors = m.get("selectors")
+    mode = _str(ctx, m, "allocationMode", path) or c.ALLOCATION_MODE_EXACT_COUNT
+    count = _optional_int(ctx, m, "count", path)
+    if mode not in _ALLOCATION_MODES:
+        ctx.error(f"{path}.allocationMode", f"unknown allocation mode {mode!r} (expected {_one_of(_ALLOCATION_MODES)})")
+    elif mode == c.ALLOCATION_MODE_ALL and count is not None:
+        ctx.error(f"{path}.count", f"must not be set when allocationMode is {c.ALLOCATION_MODE_ALL}")
+    elif count is not None and count < 1:
+        ctx.error(f"{path}.count", f"must be >= 1, got {count}")
+    return DeviceSubRequest(
+        name=name,
+        device_class_name=class_name,
+        selectors=() if selectors is None else _selectors(ctx, selectors, f"{path}.selectors"),
+        allocation_mode=mode,
+        count=1 if count is None else count,
+        admin_access=_bool(ctx, m, "adminAccess", path, False) if admin_access else False,
+    )
+
+
+def _device_constraint(ctx: _Ctx, value: object, path: str, requests: set[str] | None) -> DeviceConstraint:
+    constraint = _mapping(ctx, value, path)
+    if constraint.get("distinctAttribute") is not None:
+        ctx.error(f"{path}.distinctAttribute", "not supported (only matchAttribute constraints are)")
+    names = _str_list(ctx, constraint.get("requests"), f"{path}.requests")
+    for i, name in enumerate(names):
+        if requests is not None and type(name) is str and name not in requests:
+            ctx.error(f"{path}.requests[{i}]", f"unknown request {name!r} (expected the name of a request of "
+                                               "this claim, or <request>/<subrequest>)")
+    attribute = _required_str(ctx, constraint, "matchAttribute", path)
+    domain, _, attribute_name = attribute.rpartition("/")
+    if attribute and (not domain or _IDENTIFIER_RE.fullmatch(attribute_name) is None):
+        ctx.error(f"{path}.matchAttribute", f"must be a fully qualified attribute name like "
+                                            f"gpu.example.com/productName, got {attribute!r}")
+    return DeviceConstraint(requests=names, match_attribute=attribute)
+
+
 _KINDS: Final[Mapping[str, _KindInfo]] = MappingProxyType(
     {
-        c.POD_KIND: _KindInfo(c.CORE_API_VERSION, True, _parse_pod),
-        c.NODE_KIND: _KindInfo(c.CORE_API_VERSION, False, _parse_node),
-        c.QUEUE_KIND: _KindInfo(c.QUEUE_API_VERSION, False, _parse_queue),
-        c.POD_GROUP_KIND: _KindInfo(c.POD_GROUP_API_VERSION, True, _parse_pod_group),
-        c.PRIORITY_CLASS_KIND: _KindInfo(c.PRIORITY_CLASS_API_VERSION, False, _parse_priority_class),
-        c.TOPOLOGY_KIND: _KindInfo(c.TOPOLOGY_API_VERSION, False, _parse_topology),
+        c.POD_KIND: _KindInfo((c.CORE_API_VERSION,), True, _parse_pod),
+        c.NODE_KIND: _KindInfo((c.CORE_API_VERSION,), False, _parse_node),
+        c.QUEUE_KIND: _KindInfo((c.QUEUE_API_VERSION,), False, _parse_queue),
+        c.POD_GROUP_KIND: _KindInfo((c.POD_GROUP_API_VERSION,), True, _parse_pod_group),
+        c.PRIORITY_CLASS_KIND: _KindInfo((c.PRIORITY_CLASS_API_VERSION,), False, _parse_priority_class),
+        c.TOPOLOGY_KIND: _KindInfo((c.TOPOLOGY_API_VERSION,), False, _parse_topology),
+        c.DEVICE_CLASS_KIND: _KindInfo(c.RESOURCE_API_VERSIONS, False, _parse_device_class),
+        c.RESOURCE_SLICE_KIND: _KindInfo(c.RESOURCE_API_VERSIONS, False, _parse_resource_slice),
+        c.RESOURCE_CLAIM_KIND: _KindInfo(c.RESOURCE_API_VERSIONS, True, _parse_resource_claim),
+        c.RESOURCE_CLAIM_TEMPLATE_KIND: _KindInfo(c.RESOURCE_API_VERSIONS, True, _parse_resource_claim_template),
     }
 )
 
