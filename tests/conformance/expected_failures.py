@@ -10,21 +10,12 @@ passed (the subGroups-only scenarios, and the two MIG ones that expect Pending);
 eviction actions landed (issue 3), the reclaim/preempt/consolidation/deletion scenarios that need
 shared GPUs, MIG, topology or DRA. GPU sharing (issue 4) removed every fractional, gpu-memory and MIG
 entry but one whose input cannot be written as Kubernetes objects; topology and hierarchical PodGroups
-(issue 5) removed the topology entries.
+(issue 5) removed the topology entries; DRA GPUs (issue 20) removed the last, DRA entries.
 """
 
 from __future__ import annotations
 
-EXPECTED_FAILURES: dict[str, str] = {
-    "integration_allocate_dra#2": "DRA GPU claims: no issue yet",
-    "integration_allocate_dra#4": "DRA GPU claims: no issue yet",
-    "integration_allocate_dra#6": "DRA GPU claims: no issue yet",
-    "integration_allocate_dra#8": "DRA GPU claims: no issue yet",
-    "integration_allocate_dra#10": "DRA GPU claims: no issue yet",
-    "integration_allocate_dra#12": "DRA GPU claims: no issue yet",
-    "integration_reclaim_gpu_dra#0": "DRA GPU claims: no issue yet",
-    "integration_reclaim_gpu_dra#2": "DRA GPU claims: no issue yet",
-}
+EXPECTED_FAILURES: dict[str, str] = {}
 
 # Scenarios whose input state has no Kubernetes form, so no scheduler that reads the API can reproduce
 # them; kept as strict expected failures with what does hold.

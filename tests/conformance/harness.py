@@ -117,6 +117,38 @@ def apply_result(state: Scenario, d: Mapping[str, Any]) -> tuple[Scenario, list[
     return state.with_tasks(updates), problems
 
 
+def write_back_claims(state: Scenario, d: Mapping[str, Any]) -> Scenario:
+    """The DRA claims' status after a round, as KAI's harness copies it back: a claim the round allocated gets
+    its allocation and its pods' reservations; an evicted pod's reservations go, and a claim no pod reserves any
+    more is deallocated (the resourceclaim controller's part)."""
+    if not state.dra:
+        return state
+    claims = [dict(c) for c in state.dra.get("resource_claims") or []]
+    by_key = {f"{c.get('namespace') or 'default'}/{c['name']}": c for c in claims}
+    for alloc in d.get("claims") or []:
+        c = by_key.get(alloc["claim"])
+        if c is None or not alloc.get("new"):
+            continue
+        status = dict(c.get("claim_status") or {})
+        status["allocation"] = {"devices": {"results": list(alloc["devices"])}}
+        pods = [p.split("/", 1)[1] for p in alloc["pods"]]
+        status["reserved_for"] = [{"resource": "pods", "name": p, "uid": p} for p in pods]
+        status.pop("reserved_for_generated", None)
+        c["claim_status"] = status
+    evicted = {e["pod"].split("/", 1)[1] for e in d.get("evictions") or []}
+    for c in claims:
+        status = c.get("claim_status")
+        if not status or not evicted:
+            continue
+        reserved = [r for r in status.get("reserved_for") or [] if r.get("uid") not in evicted]
+        if len(reserved) != len(status.get("reserved_for") or []):
+            status = dict(status, reserved_for=reserved)
+            if not reserved:
+                status.pop("allocation", None)
+            c["claim_status"] = status
+    return replace(state, dra={**state.dra, "resource_claims": claims})
+
+
 def write_back(pre: Scenario, post: Scenario) -> Scenario:
     """The next round's input (README 1.3 table; KAI's ``runSchedulerOneRound``)."""
     pre_tasks = {t.id: t for _, t in pre.iter_tasks()}
@@ -436,7 +468,7 @@ def run_integration(
         if problems:
             where = f"round {r + 1}/{total} (before the first match), actions: {acts}"
             raise HarnessError(report(s, where, problems, state, post, d))
-        state = write_back(state, post)
+        state = write_back_claims(write_back(state, post), d)
 
     now = NOW0 + s.rounds_until_match * ROUND_STEP
     messages = messages_of(state, d) if d is not None else {}
@@ -450,7 +482,7 @@ def run_integration(
         now = NOW0 + r * ROUND_STEP
         d = _schedule(schedule, s, state, actions, now)
         post, unknown = apply_result(state, d)
-        rebuilt = write_back(state, post)
+        rebuilt = write_back_claims(write_back(state, post), d)
         problems = check_round(s, d) + unknown
         where = f"round {r + 1}/{total} (after-match round {k + 1}/{s.rounds_after_match}), actions: {acts}"
         if problems:

@@ -436,7 +436,8 @@ def dra_objects(state: Scenario) -> list[dict[str, Any]]:
                 "kind": "ResourceSlice",
                 "metadata": {"name": s["name"]},
                 "spec": {
-                    "driver": "nvidia.com/gpu",
+                    # (dra_fake: the slice's driver is its device class's name, which the class selects)
+                    "driver": s.get("device_class_name") or "nvidia.com/gpu",
                     "nodeName": s["node_name"],
                     "pool": {"name": s["node_name"], "generation": 1, "resourceSliceCount": 1},
                     "devices": [{"name": str(i), "capacity": {"gpu": {"value": "1"}}} for i in range(int(s["count"]))],

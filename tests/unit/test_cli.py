@@ -19,7 +19,7 @@ from tests.unit.builders import flatten, job, node, queue
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
 SHARING = EXAMPLE.with_name("gpu-sharing.yaml")
-TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "errors", "nodes"]
+TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "errors", "nodes", "claims"]
 NOW = "2025-01-01T12:00:00Z"
 
 

@@ -267,10 +267,20 @@ def failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool
         by_labels = affinity is not None or ssn.labels_constrain_placement
         spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(affinity),
                 task.namespace if by_labels else "", tuple(sorted(task.labels.items())) if by_labels else (),
-                job.queue if per_queue and job else "", job.preemptible if per_queue and job else True)
+                job.queue if per_queue and job else "", job.preemptible if per_queue and job else True,
+                claims_key(task))
         ids = ssn.fit_ids
         fit_id = task.fit_id = ids.setdefault(spec, len(ids))
     return (fit_id, pipeline_only, explain)
+
+
+def claims_key(task: TaskInfo) -> tuple[object, ...]:
+    """What a task's DRA claims add to its shape: each claim itself when it is shared or already allocated (it pins
+    its pods), otherwise what it asks (claims made from one template for pods alike fit alike)."""
+    if not task.claims:
+        return ()
+    return tuple(info.key if info.shared or info.allocation is not None or info.reserved
+                 else repr(info.claim.spec) for info in task.claims)
 
 
 def predicate_codes(ssn: Session, task: TaskInfo) -> Codes | None:

@@ -132,6 +132,42 @@ class NodeGpuStatus:
                 "wholeGpuPods": list(self.whole_gpu_pods), "sharedGpus": [g.to_dict() for g in self.shared]}
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceResult:
+    """One device of a claim's allocation (``status.allocation.devices.results[]``)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"request": self.request, "driver": self.driver, "pool": self.pool, "device": self.device}
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """A DRA ResourceClaim of a pod bound in this cycle: the devices it holds (allocated now, or before when
+    ``new`` is False) and the pods of the cycle's binds that reserve it. ``template``: the ResourceClaimTemplate
+    the claim is made from when the cycle made it (the embedded resourceclaim controller), else ""."""
+
+    claim: str  # "<ns>/<name>"
+    node: str  # the node of its devices ("" for devices reached from several nodes)
+    devices: tuple[DeviceResult, ...]
+    pods: tuple[str, ...]
+    new: bool
+    template: str = ""
+    pod_claim: str = ""  # the pod's claim the template claim is made for
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"claim": self.claim, "node": self.node, "devices": [d.to_dict() for d in self.devices],
+                               "pods": list(self.pods), "new": self.new}
+        if self.template:
+            out["template"] = self.template
+            out["podClaim"] = self.pod_claim
+        return out
+
+
 @dataclass(slots=True)
 class CycleResult:
     binds: list[Placement] = field(default_factory=list)
@@ -141,6 +177,7 @@ class CycleResult:
     queues: list[QueueStatus] = field(default_factory=list)
     errors: list[ObjectError] = field(default_factory=list)
     nodes: list[NodeGpuStatus] = field(default_factory=list)
+    claims: list[ClaimAllocation] = field(default_factory=list)  # DRA claims of the pods bound
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -151,6 +188,7 @@ class CycleResult:
             "queues": [q.to_dict() for q in self.queues],
             "errors": [e.to_dict() for e in self.errors],
             "nodes": [n.to_dict() for n in self.nodes],
+            "claims": [c.to_dict() for c in self.claims],
         }
 
     def pod_group(self, name: str) -> PodGroupStatus | None:

@@ -25,7 +25,9 @@ from kaisched.framework.plugin import (
     TaskKey,
 )
 from kaisched.framework.result import (
+    ClaimAllocation,
     CycleResult,
+    DeviceResult,
     Eviction,
     NodeGpuStatus,
     Placement,
@@ -34,6 +36,7 @@ from kaisched.framework.result import (
 )
 from kaisched.framework.scenario import Scenario
 from kaisched.k8s.objects import TopologyConstraint
+from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION, created_template
 from kaisched.model.gpu_sharing import GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.resources import GPU
@@ -354,7 +357,37 @@ class Session:
         if self.queue_reporter is not None:
             result.queues = self.queue_reporter.report()
         result.nodes = self._node_gpus()
+        if self.nodes.dra is not None:
+            result.claims = self._claims()
         return result
+
+    def _claims(self) -> list[ClaimAllocation]:
+        """The DRA claims of the cycle's binds, each once, in the order of the binds."""
+        dra = self.nodes.dra
+        snapshot = self.snapshot.dra
+        assert dra is not None and snapshot is not None
+        names = self.nodes.names
+        pods: dict[str, list[str]] = {}
+        infos = {}
+        for t in self.binds:
+            if t.status is TaskStatus.BINDING:
+                for info in t.claims:
+                    pods.setdefault(info.key, []).append(t.key)
+                    infos[info.key] = info
+        out: list[ClaimAllocation] = []
+        for key, users in pods.items():
+            info = infos[key]
+            results = dra.results(info)
+            homes = sorted({names[int(dra.devices.node_of[d])] for d in dra.allocated.get(key, ())
+                            if dra.devices.node_of[d] >= 0})
+            created = snapshot.created.get(key)
+            out.append(ClaimAllocation(
+                claim=key, node=homes[0] if len(homes) == 1 else "",
+                devices=tuple(DeviceResult(*r) for r in results), pods=tuple(users),
+                new=dra.is_new(key),
+                template=created_template(created) if created is not None else "",
+                pod_claim=created.meta.annotations.get(POD_CLAIM_NAME_ANNOTATION, "") if created is not None else ""))
+        return out
 
     def _node_gpus(self) -> list[NodeGpuStatus]:
         """How each GPU node's devices are used after the cycle's decisions."""

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import Node, Taint
+from kaisched.model.dra import DraState
 from kaisched.model.gpu import GpuKind, mig_gpus
 from kaisched.model.gpu_sharing import GpuChoice, GpuOrderFn, SharedGpus
 from kaisched.model.resources import EPSILON, GPU, PODS, ResourceIndex, Vector
@@ -115,7 +116,7 @@ class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
     __slots__ = ("_changes", "_changes_base", "_new_devices", "_requested", "_with_releasing", "allocatable",
-                 "any_releasing", "by_name", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
+                 "any_releasing", "by_name", "dra", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
                  "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
@@ -152,6 +153,17 @@ class NodeTable:
         self._new_devices: tuple[tuple[int, bool, float], IntArray] | None = None
         self._with_releasing: tuple[int, Vector] | None = None  # (version, idle + releasing)
         self._requested: dict[int, _Requested] = {}  # by id of a request vector (tasks that ask alike share one)
+        self.dra: DraState | None = None  # DRA devices and claims (set by the snapshot before tasks are added)
+
+    def use_dra(self, dra: DraState) -> None:
+        """Take the snapshot's DRA devices: each node-local GPU of a GPU driver adds one to its node's GPU row."""
+        self.dra = dra
+        gpus = dra.devices.node_gpus
+        if gpus.any():
+            self.allocatable = self.allocatable.copy()  # (the static arrays are shared with other tables)
+            self.allocatable[GPU] += gpus
+            self.idle[GPU] += gpus
+            self.gpu_capacity = self.gpu_capacity + gpus
 
     def __len__(self) -> int:
         return len(self.names)
@@ -185,6 +197,8 @@ class NodeTable:
                 task.accepted_gpus = task.gpu.accepted_gpus(float(self.shared.mem[node]))
         if task.legacy_mig:
             self.legacy_mig[node] += 1
+        if task.claims and self.dra is not None:
+            self._join_claims(task, node, 1)
         info = self.infos[node]
         self.touched.add(node)
         info.tasks[task.uid] = task
@@ -206,6 +220,8 @@ class NodeTable:
             self._join_groups(task, node, -1)
         if task.legacy_mig:
             self.legacy_mig[node] -= 1
+        if task.claims and self.dra is not None:
+            self._join_claims(task, node, -1)
         info = self.infos[node]
         info.tasks.pop(task.uid, None)
         for port in task.host_ports:
@@ -240,6 +256,15 @@ class NodeTable:
         if start < 0 or self.version - version > limit:
             return None
         return self._changes[start:]
+
+    def _join_claims(self, task: TaskInfo, node: int, sign: int) -> None:
+        assert self.dra is not None
+        d_idle, d_rel = self.dra.join(task, node, sign)
+        if d_idle or d_rel:
+            if d_rel:
+                self.any_releasing = True
+            self.idle[GPU, node] -= d_idle
+            self.releasing[GPU, node] += d_rel
 
     def _join_groups(self, task: TaskInfo, node: int, sign: int) -> None:
         d_idle, d_rel, d_pods = self.shared.join(task, node, sign)
@@ -378,6 +403,8 @@ class NodeTable:
         mask = self.fits(task.req, with_releasing=with_releasing)
         if task.gpu.shared:
             mask &= self.shared_gpu_fit(task, with_releasing=with_releasing)
+        if task.claims and self.dra is not None:
+            mask &= self.dra.fits(task, len(self.names), pipelined=with_releasing)
         return mask
 
     def fits_task_at(self, task: TaskInfo, indices: IntArray, *, with_releasing: bool) -> BoolArray:
@@ -385,6 +412,8 @@ class NodeTable:
         out = self.fits_at(task.req, indices, with_releasing=with_releasing)
         if task.gpu.shared:
             out &= self.shared_gpu_fit(task, with_releasing=with_releasing, at=indices)
+        if task.claims and self.dra is not None:
+            out &= self.dra.fits(task, len(self.names), pipelined=with_releasing, at=indices)
         return out
 
     def lacking_names(self, task: TaskInfo) -> list[str]:
@@ -393,6 +422,8 @@ class NodeTable:
         names = [self.resources.describe(int(r)) for r in np.flatnonzero(task.req > 0)]
         if task.gpu.shared:
             names.append("GPU memory" if task.gpu.kind is GpuKind.MEMORY else "GPUs")
+        if task.claims and self.dra is not None:
+            names.extend(self.dra.describe(info, self.names) for info in task.claims)
         return names
 
     def lacking(self, task: TaskInfo, at: IntArray | None = None) -> IntArray:
@@ -408,9 +439,18 @@ class NodeTable:
                 avail = avail + self.releasing[rows].take(at, axis=1)
         below = avail < asked.floor
         bits: IntArray = np.add.reduce(below.astype(np.int64) << asked.shifts, axis=0)
+        shift = asked.count
         if task.gpu.shared:
             no_devices = ~self.shared_gpu_fit(task, with_releasing=True, at=at)
-            bits |= no_devices.astype(np.int64) << asked.count
+            bits |= no_devices.astype(np.int64) << shift
+            shift += 1
+        if task.claims and self.dra is not None:
+            n = len(self.names)
+            free = self.dra.available(pipelined=True)
+            for info in task.claims:
+                ok = self.dra.claim_fits(info, task.uid, n, free)
+                bits |= (~(ok if at is None else ok[at])).astype(np.int64) << shift
+                shift += 1
         return bits
 
     def choose_gpus(self, task: TaskInfo, node: int, order_fns: list[GpuOrderFn], *, pipeline_only: bool

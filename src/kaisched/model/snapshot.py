@@ -29,6 +29,7 @@ from kaisched.k8s.objects import (
     Topology,
     TopologyConstraint,
 )
+from kaisched.model.dra import CLAIM_INVALID, CLAIM_QUEUE, DraSnapshot, PodClaims
 from kaisched.model.gpu import (
     NO_GPU,
     GpuKind,
@@ -55,6 +56,9 @@ LEGACY_MIG = "LegacyMIGRequest"
 class SnapshotOptions:
     full_hierarchy_fairness: bool = True
     scheduler_name: str = C.SCHEDULER_NAME
+    # make the ResourceClaims of pods' templated claims (the embedded cluster's resourceclaim controller); in
+    # Kubernetes mode the cluster's controller makes them and a pod waits for its claim
+    make_template_claims: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -69,6 +73,7 @@ class Snapshot:
     min_node_gpu_memory: float
     errors: list[ObjectError] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
+    dra: DraSnapshot | None = None  # DRA devices and claims (None: the input has none)
 
 
 def _ts(value: datetime | None, default: datetime) -> datetime:
@@ -333,6 +338,8 @@ class SnapshotBuilder:
         self.options = options
         self.errors: list[ObjectError] = list(parsed.errors)
         self.segmented: set[str] = set()  # jobs with a pod asking for segments (segments.apply_segments)
+        self.dra: DraSnapshot | None = None
+        self._with_gpus: dict[tuple[int, float], Vector] = {}  # (id of a request vector, DRA GPUs) -> vector
 
     def build(self) -> Snapshot:
         parsed, now = self.parsed, self.now
@@ -341,9 +348,12 @@ class SnapshotBuilder:
         retain(parsed.pods)  # first: the facts of pods gone are dropped before new ones are made
         ungrouped: list[Pod] = []  # our pods without a PodGroup (KAI's default grouper gives them one each)
         all_facts: list[PodFacts] = []
+        claim_pods: list[tuple[str, Pod]] = []
         for pod in parsed.pods:
             facts = pod_facts(pod)
             all_facts.append(facts)
+            if pod.resource_claims:
+                claim_pods.append((facts.uid, pod))
             if facts.extended:
                 extra.update(facts.extended)
             if facts.group_name is None and self._is_ours(pod):
@@ -351,6 +361,8 @@ class SnapshotBuilder:
         resources = ResourceIndex(extra)
         self.vector_names = tuple(resources.names)
         nodes = NodeTable(parsed.nodes, resources, gpu_memory, synced)
+        if claim_pods or parsed.resource_slices or parsed.resource_claims:
+            self._dra(parsed, nodes, claim_pods, all_facts)
 
         queue_objs = list(parsed.queues)
         pg_queue_names = {pg.queue for pg in parsed.pod_groups}
@@ -409,7 +421,54 @@ class SnapshotBuilder:
         ordered_jobs = {k: jobs[k] for k in sorted(jobs)}
         return Snapshot(now=now, resources=resources, nodes=nodes, queues=tree, jobs=ordered_jobs, tasks=tasks,
                         total=total, min_node_gpu_memory=min_gpu_memory, errors=self.errors,
-                        topologies=list(parsed.topologies))
+                        topologies=list(parsed.topologies), dra=self.dra)
+
+    def _dra(self, parsed: ParsedObjects, nodes: NodeTable, claim_pods: list[tuple[str, Pod]],
+             all_facts: list[PodFacts]) -> None:
+        """The DRA devices and claims (spec 7.7): resolved for every pod that names one, accounted in ``nodes``."""
+        dra = self.dra = DraSnapshot(parsed.resource_slices, parsed.device_classes, parsed.resource_claims,
+                                     parsed.resource_claim_templates, nodes.infos, nodes.by_name,
+                                     make_template_claims=self.options.make_template_claims)
+        dra.resolve(claim_pods)
+        statuses = {f.uid: task_status(f.pod) for f in all_facts}
+        nodes.use_dra(dra.state(statuses))
+
+    def _claims(self, task: TaskInfo, job: PodGroupInfo | None) -> None:
+        """The task's DRA claims; their GPUs (exact-count requests of GPU device classes, of a claim no other pod
+        shares) count in its GPU row and for its queue, as whole GPUs (spec 7.1)."""
+        assert self.dra is not None
+        found = self.dra.by_pod.get(task.uid, PodClaims())
+        task.claims = found.claims
+        gpus = sum(info.gpus for info in found.claims if not info.shared)
+        if gpus:
+            key = (id(task.req), gpus)
+            req = self._with_gpus.get(key)
+            if req is None:
+                req = task.req.copy()
+                req[GPU] += gpus
+                req.flags.writeable = False
+                self._with_gpus[key] = req
+            task.req = req
+            task.claim_gpus = gpus
+            task.devices += gpus
+            task.request_gpus += gpus
+            task.accepted_gpus += gpus
+        if job is None or task.status in ACTIVE_USED:
+            return
+        if found.problem:
+            job.blocked = FitError(found.reason, f"Pod {task.key}: {found.problem}")
+            return
+        for info in found.claims:
+            if info.error:
+                job.blocked = FitError(CLAIM_INVALID, f"Pod {task.key}: ResourceClaim {info.key} can never be "
+                                       f"allocated: {info.error}")
+                return
+            if not info.from_template and info.gpus and info.claim.meta.labels.get(C.QUEUE_LABEL) != job.queue:
+                job.blocked = FitError(CLAIM_QUEUE, (
+                    f"Pod {task.key} uses the shared GPU ResourceClaim {info.key}, which must carry the label "
+                    f"{C.QUEUE_LABEL}={job.queue} (a claim named by pods, not made from a template, may be shared "
+                    "by pods of its queue only)"))
+                return
 
     # ---- helpers ------------------------------------------------------------------------------
     def _is_ours(self, pod: Pod) -> bool:
@@ -540,6 +599,8 @@ class SnapshotBuilder:
             self.errors.append(ObjectError(_ref("Pod", meta), "spec.nodeName",
                                            f"node '{pod.node_name}' does not exist; the pod is not accounted"))
         self._gpu(task, facts, gpu, ours)
+        if pod.resource_claims and self.dra is not None and not ours:
+            self._claims(task, None)
         if not ours:
             return task if status in ACTIVE_USED else None
         pg_name = facts.group_name
@@ -566,6 +627,8 @@ class SnapshotBuilder:
             job.blocked = FitError(LEGACY_MIG, f"Pod {task.key} requests MIG by annotation "
                                    f"({legacy_mig_annotation(pod)}), which is not supported; request the MIG "
                                    "profile as a container resource instead")
+        if pod.resource_claims and self.dra is not None:
+            self._claims(task, job)
         task.job = job
         job.pod_sets[task.pod_set].tasks.append(task)
         if C.SEGMENT_SIZE_ANNOTATION in meta.annotations:

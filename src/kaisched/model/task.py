@@ -13,6 +13,7 @@ from kaisched.model.resources import Vector
 from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALLOCATED, TaskStatus
 
 if TYPE_CHECKING:
+    from kaisched.model.dra import ClaimInfo
     from kaisched.model.job import PodGroupInfo
 
 HostPort = tuple[str, int, str]  # protocol, port, host ip
@@ -49,6 +50,8 @@ class TaskInfo:
     # everything its fit depends on besides the cluster state, as the session's number for it
     # (placement.failure_key); -1 until asked
     fit_id: int
+    claims: tuple[ClaimInfo, ...]  # the DRA ResourceClaims the pod uses (kaisched.model.dra)
+    claim_gpus: float  # GPUs of those claims counted as whole GPUs (in ``req`` and for its queue)
     key: str = field(init=False, repr=False)  # "<namespace>/<name>" (set once: asked millions of times)
     # (millicores, bytes) of ``req`` as floats, read once (``req`` never changes; asked after every placement)
     _cpu_memory: tuple[float, float] | None = field(init=False, repr=False)
@@ -61,8 +64,8 @@ class TaskInfo:
                  signature: tuple[object, ...] = (), labels: Mapping[str, str] | None = None,
                  initial_status: TaskStatus = TaskStatus.PENDING, gpu: GpuRequest = NO_GPU,
                  gpu_groups: tuple[str, ...] = (), request_gpus: float = 0.0, accepted_gpus: float = 0.0,
-                 legacy_mig: bool = False, devices: float = 0.0, constraints_text: str = "", fit_id: int = -1
-                 ) -> None:
+                 legacy_mig: bool = False, devices: float = 0.0, constraints_text: str = "", fit_id: int = -1,
+                 claims: tuple[ClaimInfo, ...] = (), claim_gpus: float = 0.0) -> None:
         self.uid = uid
         self.name = name
         self.namespace = namespace
@@ -87,6 +90,8 @@ class TaskInfo:
         self.devices = devices
         self.constraints_text = constraints_text
         self.fit_id = fit_id
+        self.claims = claims
+        self.claim_gpus = claim_gpus
         self.key = f"{namespace}/{name}"
         self._cpu_memory = None
 

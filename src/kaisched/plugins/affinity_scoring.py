@@ -14,9 +14,10 @@ from kaisched.framework.plugin import NodeCandidates, Plugin
 from kaisched.framework.session import Session
 from kaisched.model.node import NodeTable
 from kaisched.model.resources import Vector
+from kaisched.model.selectors import term_matches
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
-from kaisched.plugins.predicates import pod_matches_term, term_matches
+from kaisched.plugins.predicates import pod_matches_term
 
 K8S_PLUGINS_SCORE = 100_000.0
 

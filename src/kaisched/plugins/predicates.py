@@ -17,8 +17,6 @@ from kaisched.framework.plugin import Plugin
 from kaisched.framework.session import Session
 from kaisched.k8s.objects import (
     LabelSelector,
-    NodeSelectorRequirement,
-    NodeSelectorTerm,
     PodAffinityTerm,
     Taint,
     Toleration,
@@ -27,6 +25,7 @@ from kaisched.model.gpu import GpuKind, GpuRequest
 from kaisched.model.job import FitError
 from kaisched.model.node import NodeInfo
 from kaisched.model.resources import CPU, GPU, MEMORY, Vector
+from kaisched.model.selectors import term_matches
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
 
@@ -46,38 +45,6 @@ MEMORY_NOT_SYNCED_ERROR = "node(s) did not report their GPU memory (label nvidia
 
 
 # ------------------------------------------------------------------------------------ matching
-def requirement_matches(req: NodeSelectorRequirement, value: str | None) -> bool:
-    op = req.operator
-    if op == "In":
-        return value is not None and value in req.values
-    if op == "NotIn":
-        return value is None or value not in req.values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and req.values:
-        try:
-            lhs, rhs = int(value), int(req.values[0])
-        except ValueError:
-            return False
-        return lhs > rhs if op == "Gt" else lhs < rhs
-    return False
-
-
-def term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:
-    if not term.match_expressions and not term.match_fields:
-        return False  # an empty term matches no objects
-    for req in term.match_expressions:
-        if not requirement_matches(req, node.labels.get(req.key)):
-            return False
-    for req in term.match_fields:
-        value = node.name if req.key == "metadata.name" else None
-        if not requirement_matches(req, value):
-            return False
-    return True
-
-
 def selector_matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
     if selector is None:
         return False

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from kaisched.framework.config import ConfigError, PluginOption, SchedulerConfig
 from kaisched.framework.plugin import Plugin
 from kaisched.plugins.affinity_scoring import PodAffinityPlugin
+from kaisched.plugins.dynamicresources import DynamicResourcesPlugin
 from kaisched.plugins.gpu_sharing import GpuPackPlugin, GpuSharingOrderPlugin, GpuSpreadPlugin
 from kaisched.plugins.minruntime import MinRuntimePlugin
 from kaisched.plugins.ordering import (
@@ -48,13 +49,13 @@ PLUGINS: Mapping[str, type[Plugin]] = {
         GpuSpreadPlugin,
         GpuSharingOrderPlugin,
         TopologyPlugin,
+        DynamicResourcesPlugin,
     )
 }
 
-# KAI plugins whose behaviour only concerns inputs this version does not schedule yet (DRA claims) or
-# KAI's HTTP debug endpoint. They are accepted in configurations so KAI's configs load unchanged; see
-# docs/compatibility.md.
-ACCEPTED_WITHOUT_EFFECT = frozenset({"dynamicresources", "snapshot", "reflectjoborder"})
+# KAI plugins for KAI's HTTP debug endpoints. They are accepted in configurations so KAI's configs load
+# unchanged; see docs/compatibility.md.
+ACCEPTED_WITHOUT_EFFECT = frozenset({"snapshot", "reflectjoborder"})
 
 
 def validate_plugins(config: SchedulerConfig) -> None:

@@ -109,9 +109,10 @@ def job_request(tasks: list[TaskInfo]) -> Vec3:
 
 
 def capacity_request(tasks: list[TaskInfo]) -> Vec3:
-    """Resources of the job-level capacity check (spec 5.6): gpu-memory requests count 0 GPUs there."""
+    """Resources of the job-level capacity check (spec 5.6): gpu-memory requests count 0 GPUs there, DRA GPUs
+    count as whole ones."""
     out = job_request(tasks)
-    out[0] = sum(t.gpu.capacity_gpus for t in tasks)
+    out[0] = sum(t.gpu.capacity_gpus + t.claim_gpus for t in tasks)
     return out
 
 
