@@ -40,7 +40,9 @@ def fingerprint(parsed: ParsedObjects) -> Fingerprint:
     """The identities of every object a prepared cycle reads, list by list."""
     return (tuple(map(id, parsed.nodes)), tuple(map(id, parsed.pods)), tuple(map(id, parsed.queues)),
             tuple(map(id, parsed.pod_groups)), tuple(map(id, parsed.priority_classes)),
-            tuple(map(id, parsed.topologies)), tuple(map(id, parsed.workloads)))
+            tuple(map(id, parsed.topologies)), tuple(map(id, parsed.workloads)),
+            tuple(map(id, parsed.device_classes)), tuple(map(id, parsed.resource_slices)),
+            tuple(map(id, parsed.resource_claims)), tuple(map(id, parsed.resource_claim_templates)))
 
 
 def creation_order_fixed(parsed: ParsedObjects, now: datetime) -> bool:
@@ -62,7 +64,8 @@ def copy_result(result: CycleResult) -> CycleResult:
     """A result with its own lists (the statuses themselves are immutable)."""
     return CycleResult(binds=list(result.binds), pipelined=list(result.pipelined),
                        evictions=list(result.evictions), pod_groups=list(result.pod_groups),
-                       queues=list(result.queues), errors=list(result.errors), nodes=list(result.nodes))
+                       queues=list(result.queues), errors=list(result.errors), nodes=list(result.nodes),
+                       claims=list(result.claims))
 
 
 def restamped(result: CycleResult, stamped: dict[str, frozenset[str]], now: datetime) -> CycleResult:

@@ -16,6 +16,12 @@ Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priorit
 
 A job starts when every PodGroup of it has its minimum of running pods, and completes ``duration`` later if
 nothing broke its gang meanwhile. The same scenario always gives the same result.
+
+The cluster's changing objects live in the embedded cluster (:class:`~kaisched.cluster.store.EmbeddedCluster`),
+which applies each cycle's decisions; for DRA it is also the resourceclaim controller: the claims a cycle makes
+from templates are created and allocated at the bind, and given back (reservation removed, deallocated, the
+template's claim deleted) when the pod is evicted or its job completes. DRA GPUs count in the metrics like
+device-plugin GPUs.
 """
 
 from __future__ import annotations
@@ -29,12 +35,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
+from kaisched.cluster.store import EmbeddedCluster, annotated_pod_group, bound_pod, evicted_pod
 from kaisched.framework.config import SchedulerConfig
-from kaisched.framework.result import CycleResult, Placement, PodGroupStatus
+from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
-from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod, PodGroup
+from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
 from kaisched.k8s.parse import parse_objects
-from kaisched.model.gpu import gpu_group_labels, is_gpu_group_label
 from kaisched.model.pod_facts import pod_facts
 from kaisched.sim.metrics import summarize
 from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario, SimResult
@@ -56,6 +62,8 @@ class _Job:
     record: JobRecord
     pods: list[str] = field(default_factory=list)  # pod keys
     groups: list[str] = field(default_factory=list)  # PodGroup keys
+    templates: list[str] = field(default_factory=list)  # ResourceClaimTemplate keys (DRA)
+    claims: list[str] = field(default_factory=list)  # ResourceClaim keys it brought (DRA)
     run_start: float | None = None
     run: int = 0  # bumped on every (re)start, so stale completions are ignored
     done: bool = False
@@ -79,13 +87,18 @@ class Simulator:
             raise SimulationError("the cluster has errors:\n" + "\n".join(f"  {e}" for e in static.errors))
         self.static = static
         self.progress = progress
-        self.pods: dict[str, Pod] = {}
-        self.gpus_of_pod: dict[str, float] = {}  # whole GPUs and fractions each pod asks for
-        self.groups: dict[str, PodGroup] = {}
+        # the embedded cluster: pods, PodGroups and DRA claims; binds, evictions and completions go through it
+        # (the cluster's own pods and workloads are not simulated: jobs come as arrivals)
+        self.cluster = EmbeddedCluster(replace(static, pods=[], pod_groups=[], workloads=[]))
+        self.pods = self.cluster.pods
+        self.gpus_of_pod: dict[str, float] = {}  # whole GPUs, fractions and DRA GPUs each pod asks for
+        self.groups = self.cluster.pod_groups
         self.jobs: dict[str, _Job] = {}
         self.active: dict[str, _Job] = {}  # jobs not done yet (arrival order)
         self.job_of_pod: dict[str, _Job] = {}
         self.job_of_group: dict[str, _Job] = {}
+        # (kind, key) of DRA claims and templates -> the active jobs whose arrival brought them
+        self.brought: dict[tuple[str, str], int] = {}
         self.errors: list[ObjectError] = []
         self.samples: list[Sample] = []
         self.heap: list[tuple[float, int, int, int, object]] = []
@@ -149,15 +162,21 @@ class Simulator:
         self.errors.extend(prepared.errors)
         job = _Job(JobRecord(a.name, a.queue, a.gpus, a.time, a.duration))
         ours = [p for p in prepared.pods if p.scheduler_name == self.config.params.scheduler_name]
+        cluster = self.cluster
+        cluster.add(ParsedObjects(pods=ours, pod_groups=prepared.pod_groups, resource_claims=prepared.resource_claims,
+                                  resource_claim_templates=prepared.resource_claim_templates))
+        job.templates = [_key(t.meta.namespace, t.meta.name) for t in prepared.resource_claim_templates]
+        job.claims = [_key(c.meta.namespace, c.meta.name) for c in prepared.resource_claims]
+        for kind, keys in (("claim", job.claims), ("template", job.templates)):
+            for key in keys:
+                self.brought[kind, key] = self.brought.get((kind, key), 0) + 1
         for pod in ours:
             key = _key(pod.meta.namespace, pod.meta.name)
-            self.pods[key] = pod
-            self.gpus_of_pod[key] = _pod_gpus(pod)
+            self.gpus_of_pod[key] = _pod_gpus(pod) + (cluster.pod_claim_gpus(pod) if pod.resource_claims else 0.0)
             self.job_of_pod[key] = job
             job.pods.append(key)
         for pg in prepared.pod_groups:
             key = _key(pg.meta.namespace, pg.meta.name)
-            self.groups[key] = pg
             self.job_of_group[key] = job
             job.groups.append(key)
         if not job.record.gpus:
@@ -175,11 +194,20 @@ class Simulator:
         job.done = True
         job.record.end = t
         self.active.pop(job.key, None)
+        cluster = self.cluster
         for key in job.pods:
-            self.pods.pop(key, None)
+            cluster.delete_pod(key)  # (its claims are given back: reservations, allocations, template claims)
             self.gpus_of_pod.pop(key, None)
         for key in job.groups:
-            self.groups.pop(key, None)
+            cluster.delete_pod_group(key)
+        # the claims and templates its arrival brought go with it (unless a job still running brought them too)
+        for kind, keys, delete in (("claim", job.claims, cluster.delete_claim),
+                                   ("template", job.templates, cluster.delete_template)):
+            for key in keys:
+                self.brought[kind, key] -= 1
+                if not self.brought[kind, key]:
+                    del self.brought[kind, key]
+                    delete(key)
         self.dirty = True
 
     # ---- cycles --------------------------------------------------------------------------------------------
@@ -216,11 +244,8 @@ class Simulator:
 
     def _run_cycle(self, t: float) -> None:
         now = EPOCH + timedelta(seconds=t)
-        parsed = ParsedObjects(nodes=self.static.nodes, pods=list(self.pods.values()), queues=self.static.queues,
-                               pod_groups=list(self.groups.values()), priority_classes=self.static.priority_classes,
-                               topologies=self.static.topologies)
         with no_cyclic_gc():
-            result = run_prepared_cycle(parsed, self.config, now)
+            result = run_prepared_cycle(self.cluster.parsed(), self.config, now)
         self.cycles += 1
         changed = bool(result.binds or result.evictions)
         self._apply(result, t)
@@ -229,25 +254,18 @@ class Simulator:
         self.dirty = changed
 
     def _apply(self, result: CycleResult, t: float) -> None:
-        for b in result.binds:
-            pod = self.pods.get(b.pod)
-            if pod is not None:
-                self.pods[b.pod] = bound_pod(pod, b)
+        """The cycle's decisions on the embedded cluster (binds, claims, evictions, PodGroup timestamps); an
+        eviction breaks its job's run (the work since it started is lost)."""
         for e in result.evictions:
-            pod = self.pods.get(e.pod)
-            if pod is None:
+            if e.pod not in self.pods:
                 continue
-            self.pods[e.pod] = evicted_pod(pod)
             job = self.job_of_pod.get(e.pod)
             if job is not None and job.run_start is not None:
                 job.record.evictions += 1
                 job.record.lost_gpu_seconds += (t - job.run_start) * job.record.gpus
                 job.run_start = None
                 job.run += 1
-        for status in result.pod_groups:
-            pg = self.groups.get(status.name)
-            if pg is not None:
-                self.groups[status.name] = annotated_pod_group(pg, status)
+        self.cluster.apply(result, EPOCH + timedelta(seconds=t))
 
     def _update_jobs(self, t: float) -> None:
         """Start the jobs not running yet whose every PodGroup has its minimum of pods on nodes (only the
@@ -310,33 +328,8 @@ class Simulator:
         )
 
 
-def bound_pod(pod: Pod, placement: Placement) -> Pod:
-    """The pod after its bind: on its node, Running, with its GPU groups' labels."""
-    labels = {**pod.meta.labels, **gpu_group_labels(placement.gpu_groups)} if placement.gpu_groups else \
-        pod.meta.labels
-    return replace(pod, node_name=placement.node, phase="Running", meta=replace(pod.meta, labels=labels))
-
-
-def evicted_pod(pod: Pod) -> Pod:
-    """The pod after its eviction: recreated by its controller, Pending, off its node and GPU groups."""
-    labels = {k: v for k, v in pod.meta.labels.items() if not is_gpu_group_label(k)}
-    return replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels))
-
-
-def annotated_pod_group(pg: PodGroup, status: PodGroupStatus) -> PodGroup:
-    """The PodGroup with the last-start and stale timestamps the cycle reported (the same object when they
-    are already there)."""
-    current = pg.meta.annotations
-    changes = status.annotations()
-    if all(current.get(key) == value for key, value in changes.items()):
-        return pg
-    ann = {k: v for k, v in current.items() if k not in changes}
-    ann.update({k: v for k, v in changes.items() if v is not None})
-    return replace(pg, meta=replace(pg.meta, annotations=ann))
-
-
 def _pod_gpus(pod: Pod) -> float:
-    """Whole GPUs and GPU fractions the pod asks for (gpu-memory requests count 0)."""
+    """Whole GPUs and GPU fractions the pod asks for as device-plugin resources (gpu-memory requests count 0)."""
     return pod_facts(pod).gpu[0].required_gpus
 
 
@@ -351,3 +344,7 @@ def _with_creation(obj: dict[str, object], now: datetime) -> dict[str, object]:
 def simulate(scenario: Scenario, *, progress: Progress | None = None) -> SimResult:
     """Run a scenario to its end (or its ``until``) and return what it measured."""
     return Simulator(scenario, progress=progress).run()
+
+
+__all__ = ["EPOCH", "Progress", "SimulationError", "Simulator", "annotated_pod_group", "bound_pod", "evicted_pod",
+           "simulate"]

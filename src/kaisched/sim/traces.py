@@ -67,6 +67,9 @@ def _quantity(value: float | str) -> str:
     return value if isinstance(value, str) else f"{value:g}"
 
 
+CLAIM_NAME: Final = "gpu"  # the pod's DRA claim (spec.resourceClaims[].name) of a job asking GPUs by claim
+
+
 def job_objects(
     name: str,
     namespace: str,
@@ -80,6 +83,7 @@ def job_objects(
     node_affinity: Mapping[str, Sequence[str]] | None = None,
     *,
     created: str | None = None,
+    claim_template: str | None = None,
 ) -> tuple[Obj, ...]:
     """A PodGroup ``name`` (queue, minMember, priority class) and its ``pods`` pending pods ``<name>-<i>``.
 
@@ -88,7 +92,8 @@ def job_objects(
     per pod, as Kubernetes quantities (a number is cores / bytes). ``min_member`` defaults to ``pods``
     (a gang). ``node_affinity`` maps node label keys to the values allowed (required node affinity, one
     ``In`` expression per key). ``created`` (RFC 3339) sets every object's creationTimestamp; without it
-    the simulator stamps the arrival time.
+    the simulator stamps the arrival time. ``claim_template``: every pod asks for devices through a DRA claim
+    ``gpu`` made from that ResourceClaimTemplate (``spec.resourceClaims``; give ``gpus_per_pod`` 0 then).
     """
     if pods < 1:
         raise ValueError(f"job {name}: pods must be >= 1, got {pods}")
@@ -124,8 +129,11 @@ def job_objects(
         if created is not None:
             pod_meta["creationTimestamp"] = created
         pod_spec = dict(spec)
-        pod_spec["containers"] = [{"name": "main", "image": "sim",
-                                   "resources": {"requests": dict(resources), "limits": dict(resources)}}]
+        container_resources: Obj = {"requests": dict(resources), "limits": dict(resources)}
+        if claim_template:
+            container_resources["claims"] = [{"name": CLAIM_NAME}]
+            pod_spec["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimTemplateName": claim_template}]
+        pod_spec["containers"] = [{"name": "main", "image": "sim", "resources": container_resources}]
         out.append({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec,
                     "status": {"phase": "Pending"}})
     return tuple(out)
