@@ -223,3 +223,51 @@ def test_same_input_same_devices() -> None:
     objs = [node("node-a"), node("node-b"), gpu_class(), slice_("node-a", 3), slice_("node-b", 3), queue("team-a"),
             template("one"), *[pod(f"p{i}", templates={"gpu": "one"}, minute=i) for i in range(5)]]
     assert run(*objs) == run(*objs)
+
+
+def test_preempt_frees_dra_gpus_for_higher_priority_work_in_the_queue() -> None:
+    held = [claim(f"low{i}", allocated=[f"node-a/gpu-{i}"], reserved=[f"low{i}"]) for i in range(2)]
+    running = [pod(f"low{i}", claims={"gpu": f"low{i}"}, node_name="node-a", phase="Running", minute=i)
+               for i in range(2)]
+    result = run(node("node-a"), gpu_class(), slice_("node-a", 2), queue("team-a", gpus=2), *held, *running,
+                 template("one"), pod("urgent", templates={"gpu": "one"}, priority_class="build", minute=9))
+    assert [e["action"] for e in result["evictions"]] == ["preempt"]
+    assert [p["pod"] for p in result["pipelined"]] == ["ml/urgent"]
+
+
+def test_consolidation_moves_pods_with_templated_claims_but_not_with_named_ones() -> None:
+    # node-a and node-b each have one of their two GPUs held; a 2-GPU claim fits only once one pod moves.
+    # A pod whose claim is named (shared, or made by hand) is pinned to its devices: nothing moves. A pod whose
+    # claim its template made is recreated elsewhere with a new claim: consolidation moves it.
+    named = [claim("c0", allocated=["node-a/gpu-0"], reserved=["r0"]),
+             claim("c1", allocated=["node-b/gpu-0"], reserved=["r1"])]
+    pinned = [pod("r0", claims={"gpu": "c0"}, node_name="node-a", phase="Running"),
+              pod("r1", claims={"gpu": "c1"}, node_name="node-b", phase="Running", minute=1)]
+    cluster = [node("node-a"), node("node-b"), gpu_class(), slice_("node-a", 2), slice_("node-b", 2),
+               queue("team-a", gpus=4), template("one"), template("two", count=2),
+               pod("big", templates={"gpu": "two"}, minute=9)]
+    result = run(*cluster, *named, *pinned)
+    assert result["evictions"] == [] and binds(result) == {} and result["pipelined"] == []
+    made = [claim("r0-gpu", allocated=["node-a/gpu-0"], reserved=["r0"]),
+            claim("r1-gpu", allocated=["node-b/gpu-0"], reserved=["r1"])]
+    templated = [pod("r0", templates={"gpu": "one"}, node_name="node-a", phase="Running"),
+                 pod("r1", templates={"gpu": "one"}, node_name="node-b", phase="Running", minute=1)]
+    for p, c in zip(templated, made, strict=True):
+        p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": c["metadata"]["name"]}]
+    result = run(*cluster, *made, *templated)
+    [eviction] = result["evictions"]
+    assert eviction["action"] == "consolidation"
+    moved = eviction["pod"]
+    pipelined = {p["pod"]: p["node"] for p in result["pipelined"]}
+    assert set(pipelined) == {moved, "ml/big"} and pipelined[moved] != pipelined["ml/big"]
+    assert result["claims"] == []  # (pipelined pods reserve nothing yet)
+
+
+def test_fractions_stay_off_dra_gpu_nodes_and_use_device_plugin_nodes() -> None:
+    plain = node("plain")
+    plain["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+    frac = pod("frac")
+    frac["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    result = run(node("dra-node"), plain, gpu_class(), slice_("dra-node", 4), queue("team-a"), frac,
+                 template("one"), pod("claimer", templates={"gpu": "one"}, minute=1))
+    assert binds(result) == {"ml/frac": "plain", "ml/claimer": "dra-node"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from kaisched.actions.allocate import pending_jobs
 from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
-from kaisched.actions.placement import allocate_job, failure_key
+from kaisched.actions.placement import allocate_job, claims_key, failure_key
 from kaisched.actions.solver import MessageFn, Validator, VictimSolver
 from kaisched.actions.victims import ChunkSequence, VictimOrder, VictimQueue
 from kaisched.framework.scenario import Scenario
@@ -43,7 +43,7 @@ def _constraints(t: TaskInfo) -> str:
     text = t.constraints_text
     if not text:
         text = t.constraints_text = repr((t.signature, t.host_ports, t.pod.priority_class_name, t.gpu.kind,
-                                          t.gpu.count))
+                                          t.gpu.count, claims_key(t)))
     return text
 
 

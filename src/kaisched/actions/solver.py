@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kaisched.actions.job_queue import JobsQueue
-from kaisched.actions.placement import allocate_job
+from kaisched.actions.placement import allocate_job, claims_key
 from kaisched.actions.victims import Chunk, ChunkSequence, VictimOrder, VictimQueue
 from kaisched.actions.warm import RecordedVictims, WarmEvictions, exact_accounting
 from kaisched.framework.scenario import Scenario, VictimJob
@@ -404,7 +404,7 @@ class VictimSolver:
     def _any_victim_fits(self, evicted: list[TaskInfo], mask: BoolArray) -> bool:
         """Could any evicted victim still be placed (by resources alone) on the allowed nodes?"""
         nodes = self.ssn.nodes
-        shapes = {(t.req.tobytes(), t.gpu): t for t in evicted if t.status is TaskStatus.RELEASING}
+        shapes = {(t.req.tobytes(), t.gpu, claims_key(t)): t for t in evicted if t.status is TaskStatus.RELEASING}
         return any(bool((nodes.fits_task(t, with_releasing=True) & mask).any()) for t in shapes.values())
 
     def _evict_broken_gangs(self, stmt: Statement, scenario: Scenario) -> None:
@@ -685,8 +685,8 @@ def _increments(nodes_: IntArray, gpus: FloatArray, free: FloatArray, in_mask: B
 def _walk_key(tasks: list[TaskInfo]) -> tuple[object, ...]:
     """Everything the scenario filters read of the preemptor's tasks (their static predicates go by the
     scheduling signature)."""
-    return tuple((t.signature, float(t.req[GPU]), t.gpu.kind, t.gpu.count, t.gpu.portion, t.gpu.memory_mib)
-                 for t in tasks)
+    return tuple((t.signature, float(t.req[GPU]), t.gpu.kind, t.gpu.count, t.gpu.portion, t.gpu.memory_mib,
+                  claims_key(t)) for t in tasks)
 
 
 def _left_evicted(job: PodGroupInfo, revivable: set[str]) -> bool:

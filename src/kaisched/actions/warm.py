@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 import numpy.typing as npt
 
+from kaisched.actions.placement import claims_key
 from kaisched.framework.scenario import Scenario, common_prefix
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -28,7 +29,7 @@ BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 HeapEntry = tuple[tuple[object, ...], int, PodGroupInfo]  # a JobsQueue leaf's entry
-Shape = tuple[bytes, GpuRequest]  # what a victim's fit depends on
+Shape = tuple[bytes, GpuRequest, tuple[object, ...]]  # what a victim's fit depends on (placement.claims_key)
 
 
 class RecordedVictims:
@@ -151,7 +152,7 @@ class WarmEvictions:
         self.nodes.append(t.node)
         shape = self.shape_of.get(t.uid)
         if shape is None:
-            shape = self.shape_of[t.uid] = (t.req.tobytes(), t.gpu)
+            shape = self.shape_of[t.uid] = (t.req.tobytes(), t.gpu, claims_key(t))
         self.shapes.setdefault(shape, []).append(position)
         job = t.job
         if job is None:

@@ -17,6 +17,7 @@ from kaisched.model.task import TaskInfo
 
 if TYPE_CHECKING:
     from kaisched.framework.session import Session
+    from kaisched.model.dra import ClaimInfo
 
 
 class OpKind(enum.Enum):
@@ -41,11 +42,14 @@ class Operation:
     ghost: TaskInfo | None  # move only: the releasing copy left on the old node
     groups: tuple[str, ...] | None  # shared devices on the new node (None: keep the task's)
     prev_groups: tuple[str, ...]
+    claims: tuple[ClaimInfo, ...] | None  # move only: the DRA claims of the pod recreated elsewhere (None: keep)
+    prev_claims: tuple[ClaimInfo, ...]
 
     # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
     def __init__(self, kind: OpKind, task: TaskInfo, node: int, prev_status: TaskStatus, prev_node: int,
                  action: str = "", preemptor: str = "", message: str = "", ghost: TaskInfo | None = None,
-                 groups: tuple[str, ...] | None = None, prev_groups: tuple[str, ...] = ()) -> None:
+                 groups: tuple[str, ...] | None = None, prev_groups: tuple[str, ...] = (),
+                 claims: tuple[ClaimInfo, ...] | None = None) -> None:
         self.kind = kind
         self.task = task
         self.node = node
@@ -57,6 +61,8 @@ class Operation:
         self.ghost = ghost
         self.groups = groups
         self.prev_groups = prev_groups
+        self.claims = claims
+        self.prev_claims = ()
 
 
 class Statement:
@@ -101,7 +107,9 @@ class Statement:
         # the pod still holds its old place until it is deleted; each move leaves its own copy (a pod
         # moved twice leaves two)
         ghost = replace(task, uid=f"{task.uid}#releasing-{next(ssn.ghost_ids)}", job=None)
-        op = Operation(OpKind.MOVE, task, node, task.status, old, ghost=ghost, groups=groups)
+        # the pod recreated elsewhere gets new claims from its templates (the ghost keeps the old ones' devices)
+        claims = ssn.nodes.dra.successors(task) if task.claims and ssn.nodes.dra is not None else None
+        op = Operation(OpKind.MOVE, task, node, task.status, old, ghost=ghost, groups=groups, claims=claims)
         self._apply(op, TaskStatus.PIPELINED)
         ssn.nodes.add_task(ghost, old)  # the pod still holds its old place until it is deleted
 
@@ -118,6 +126,9 @@ class Statement:
         op.prev_groups = task.gpu_groups
         if op.groups is not None:
             task.gpu_groups = op.groups
+        op.prev_claims = task.claims
+        if op.claims is not None:
+            task.claims = op.claims
         task.status = new_status
         task.node = op.node
         if op.node >= 0:
@@ -136,6 +147,7 @@ class Statement:
             ssn.nodes.remove_task(task, task.node)
         ssn.fire_deallocate(task)
         task.gpu_groups = op.prev_groups
+        task.claims = op.prev_claims
         task.status = op.prev_status
         task.node = op.prev_node
         if task.node >= 0 and task.is_active_used:

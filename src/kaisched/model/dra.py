@@ -70,6 +70,9 @@ def is_gpu_class(device_class: str) -> bool:
     return GPU_MARK in device_class.lower()
 
 
+_SETTLED = frozenset({TaskStatus.RUNNING, TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RELEASING})
+
+
 # ----------------------------------------------------------------------------------------- devices
 class DraDevices:
     """The devices of a snapshot's ResourceSlices, in slice-name then device order (the allocation order)."""
@@ -184,10 +187,19 @@ class ClaimInfo:
     def name(self) -> str:
         return self.claim.meta.name
 
+    @property
+    def asks_gpus(self) -> bool:
+        return any(choice.gpu for req in self.requests for choice in req.choices)
+
     def consumers_besides(self, uids: Iterable[str]) -> int:
         """Reservations of the claim held by pods other than ``uids``."""
         mine = set(uids)
         return sum(1 for c in self.reserved if c.uid not in mine)
+
+
+def renewable(info: ClaimInfo) -> bool:
+    """A claim its pod's template made for that pod alone: a pod recreated elsewhere gets a new one."""
+    return info.from_template and not info.shared
 
 
 def resolve_claim(claim: ResourceClaim, devices: DraDevices, classes: Mapping[str, DeviceClass],
@@ -345,7 +357,10 @@ class DraState:
                     if pairs is None:  # (a running pod whose claim the input left unallocated: what is free)
                         pairs = self.choose(info, node, pipelined=True, partial=True) or []
                     devs = tuple(d for _, d in pairs)
-                    kind = "pipe" if any(self.owner[d] >= 0 for d in devs) else "session"
+                    if status is task.initial_status and status in _SETTLED:
+                        kind = "api"  # (a pod already on its node: its devices are its own until it is gone)
+                    else:
+                        kind = "pipe" if any(self.owner[d] >= 0 for d in devs) else "session"
                     self._hold(key, devs, kind)
                     self._requests[key] = tuple(r for r, _ in pairs)
             else:
@@ -415,19 +430,40 @@ class DraState:
         return len(others) >= MAX_CONSUMERS
 
     def fits(self, task: TaskInfo, n: int, *, pipelined: bool, at: IntArray | None = None) -> BoolArray:
-        """Nodes (of ``at``, when given) where every claim of the task can be satisfied now."""
+        """Nodes (of ``at``, when given) where every claim of the task can be satisfied now. A pod being evicted
+        may go back to its devices, or, recreated elsewhere, get new claims from its templates."""
         mask = np.ones(n, dtype=np.bool_)
         free = self.available(pipelined=pipelined)
+        evicted = task.status is TaskStatus.RELEASING
         for info in task.claims:
-            mask &= self.claim_fits(info, task.uid, n, free)
+            ok = self.claim_fits(info, task.uid, n, free)
+            if evicted and renewable(info) and self.is_allocated(info):
+                ok = ok | self.claim_fits(info, task.uid, n, free, fresh=True)
+            mask &= ok
         return mask if at is None else mask[at]
 
-    def claim_fits(self, info: ClaimInfo, uid: str, n: int, free: BoolArray) -> BoolArray:
+    def successors(self, task: TaskInfo) -> tuple[ClaimInfo, ...]:
+        """The claims of ``task`` recreated elsewhere: a new, unallocated claim for each claim it has from a
+        template (what the resourceclaim controller makes for the new pod), the others as they are."""
+        out = []
+        for info in task.claims:
+            if renewable(info):
+                key = f"{info.key}#{len(self._index)}"
+                info = ClaimInfo(key=key, claim=info.claim, requests=info.requests, error="", gpus=info.gpus,
+                                 from_template=True, allocation=None, users=[task.uid],
+                                 match_attributes=info.match_attributes)
+                self._index[key] = len(self._index)
+                self.claims[key] = info
+            out.append(info)
+        return tuple(out)
+
+    def claim_fits(self, info: ClaimInfo, uid: str, n: int, free: BoolArray, fresh: bool = False) -> BoolArray:
+        """Nodes where the claim can be satisfied now (``fresh``: a new claim of the same spec)."""
         if info.error:
             return np.zeros(n, dtype=np.bool_)
-        if self.consumers_full(info, uid):
+        if not fresh and self.consumers_full(info, uid):
             return np.zeros(n, dtype=np.bool_)
-        if self.is_allocated(info):
+        if not fresh and self.is_allocated(info):
             return self.pinned_nodes(info, n)
         mask = np.ones(n, dtype=np.bool_)
         for req in info.requests:
@@ -464,10 +500,10 @@ class DraState:
     def choose(self, info: ClaimInfo, node: int, *, pipelined: bool, partial: bool = False
                ) -> list[tuple[str, int]] | None:
         """The (request, device) pairs the claim gets on ``node``: per request in order, its first alternative
-        that fits, the free matching devices in order (on idle devices first, then releasing ones when
-        pipelining)."""
+        that fits, the free matching devices in order; a pipelined claim takes releasing devices first, as the
+        node's accounting does (what is idle stays for pods that can start now)."""
         free = self.available(pipelined=pipelined)
-        return self._allocate_on(info, node, free, prefer=self.owner < 0, partial=partial)
+        return self._allocate_on(info, node, free, prefer=self.owner >= 0 if pipelined else None, partial=partial)
 
     def _allocate_on(self, info: ClaimInfo, node: int, free: BoolArray, prefer: BoolArray | None = None,
                      partial: bool = False) -> list[tuple[str, int]] | None:
@@ -478,7 +514,7 @@ class DraState:
             for choice in req.choices:
                 every = self._on_node(choice.devices, node)
                 usable = every[free[every]]
-                if prefer is not None and len(usable) > 1:  # idle devices first, each in order
+                if prefer is not None and len(usable) > 1:  # the preferred devices first, each in order
                     usable = np.concatenate([usable[prefer[usable]], usable[~prefer[usable]]])
                 cands = [d for d in usable.tolist() if d not in taken]
                 if choice.count < 0:

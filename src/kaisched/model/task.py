@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kaisched.k8s.objects import Pod
-from kaisched.model.gpu import NO_GPU, GpuRequest
+from kaisched.model.gpu import NO_GPU, GpuKind, GpuRequest
 from kaisched.model.resources import Vector
 from kaisched.model.status import ACTIVE_ALLOCATED, ACTIVE_USED, ALLOCATED, TaskStatus
 
@@ -94,6 +94,11 @@ class TaskInfo:
         self.claim_gpus = claim_gpus
         self.key = f"{namespace}/{name}"
         self._cpu_memory = None
+
+    @property
+    def asks_gpus(self) -> bool:
+        """The pod asks for GPUs in some form: of the device plugin (whole, shared, MIG) or by a DRA claim."""
+        return self.gpu.kind is not GpuKind.NONE or (bool(self.claims) and any(info.asks_gpus for info in self.claims))
 
     @property
     def quota_gpus(self) -> float:

@@ -54,10 +54,10 @@ class ResourceTypePlugin(Plugin):
 
     @staticmethod
     def neutral(task: TaskInfo) -> bool:
-        return task.gpu.any
+        return task.asks_gpus
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
-        if task.gpu.any:
+        if task.asks_gpus:
             return None
         return np.asarray(self.no_gpu[cands.indices], dtype=np.float64) * RESOURCE_TYPE_SCORE
 
@@ -107,7 +107,7 @@ class NodePlacementPlugin(Plugin):
 
     def _placing(self, task: TaskInfo) -> tuple[int, str]:
         """The resource row the task is placed by (GPUs for a GPU task but MIG, else CPU) and its strategy."""
-        if task.gpu.any and task.gpu.kind is not GpuKind.MIG:
+        if task.asks_gpus and task.gpu.kind is not GpuKind.MIG:
             return GPU, self.gpu
         return CPU, self.cpu
 
