@@ -750,6 +750,11 @@ SCHEDULER_PERMISSIONS: set[tuple[str, str, str]] = {
     *(("scheduling.run.ai", "podgroups", v) for v in (*_READ, "create", "patch")),
     ("scheduling.run.ai", "podgroups/status", "patch"),
     *(("kai.scheduler", "topologies", v) for v in _READ),
+    # DRA: read the devices, classes and claims; patch a claim's finalizer, allocation and reservations
+    *(("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
+                                          "resourceclaimtemplates") for v in _READ),
+    ("resource.k8s.io", "resourceclaims", "patch"),
+    ("resource.k8s.io", "resourceclaims/status", "patch"),
 }
 
 # workload kind (kaisched.k8s.constants.WORKLOAD_KINDS) -> plural resource the pod-grouper reads
@@ -801,7 +806,8 @@ def test_cluster_role_grants_exactly_what_the_scheduler_does() -> None:
     assert {(g, r) for g, r, _ in writes} <= {
         ("", "pods"), ("", "pods/binding"), ("", "pods/status"), ("", "pods/eviction"), ("", "events"),
         ("events.k8s.io", "events"), ("scheduling.run.ai", "queues/status"), ("scheduling.run.ai", "podgroups"),
-        ("scheduling.run.ai", "podgroups/status"),
+        ("scheduling.run.ai", "podgroups/status"), ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceclaims/status"),
     }
     assert not any(v in ("delete", "deletecollection", "update", "escalate", "bind", "impersonate") for *_, v in have)
 

@@ -78,7 +78,9 @@ class ParseCache:
 def _parse_one(doc: Json, rv: str) -> _Parsed:
     parsed = parse_objects([doc])
     objs: list[KubeObject] = [*parsed.nodes, *parsed.pods, *parsed.queues, *parsed.pod_groups,
-                              *parsed.priority_classes, *parsed.topologies, *parsed.workloads]
+                              *parsed.priority_classes, *parsed.topologies, *parsed.workloads,
+                              *parsed.device_classes, *parsed.resource_slices, *parsed.resource_claims,
+                              *parsed.resource_claim_templates]
     return _Parsed(rv, objs[0] if objs else None, list(parsed.errors))
 
 

@@ -64,17 +64,21 @@ class CycleTimings:
 
 def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
                 clock: Callable[[], float] = time.perf_counter,
-                memo: CycleMemo | None = None) -> tuple[CycleResult, CycleTimings]:
+                memo: CycleMemo | None = None, *, make_template_claims: bool = True
+                ) -> tuple[CycleResult, CycleTimings]:
     """:func:`kaisched.cluster.schedule.run_prepared_cycle` with each part timed: open session (snapshot and
     every plugin's open), each action, close session (every plugin's close and the result). A cycle the
-    ``memo`` answers (nothing changed since the last quiet cycle) has only its end-to-end time."""
+    ``memo`` answers (nothing changed since the last quiet cycle) has only its end-to-end time.
+    ``make_template_claims=False`` (Kubernetes mode): the snapshot does not make the DRA claims of pods'
+    templated claims; a pod waits until the resourceclaim controller has made them."""
     start = clock()
     if memo is not None:
         known = memo.lookup(parsed, config, now)
         if known is not None:
             return known, CycleTimings((clock() - start) * 1000.0)
     snapshot = build_snapshot(parsed, now, SnapshotOptions(
-        full_hierarchy_fairness=config.params.full_hierarchy_fairness, scheduler_name=config.params.scheduler_name))
+        full_hierarchy_fairness=config.params.full_hierarchy_fairness, scheduler_name=config.params.scheduler_name,
+        make_template_claims=make_template_claims))
     plugins = build_plugins(config.plugins)
     ssn = Session(snapshot, config, plugins)
     timings = CycleTimings(0.0)

@@ -15,6 +15,18 @@ KAI's behaviour (spec 1.1, 1.2, 2.2, 3.3, 7.4, 11.2), with the project's decisio
   ``POST pods/{name}/binding`` (the answer is a ``Status``; it is never decoded as a Binding). A 409 saying the
   pod is already on the chosen node is success (a retried bind whose first answer was lost). Once bound, a
   Normal ``Scheduled`` event is recorded (``Bind.then``).
+* **DRA claims** (kube-scheduler's DRA plugin at PreBind): before a pod's binding, each ResourceClaim of the cycle
+  that lists the pod (:attr:`CycleResult.claims`) gets, in one merge patch of ``resourceclaims/{name}/status``
+  guarded by the cached ``resourceVersion``, ``status.allocation`` (``devices.results``, ``devices.config`` from
+  the DeviceClasses and the claim, and a ``nodeSelector`` on ``metadata.name`` for a node-local allocation) when
+  the cycle allocated it, and the pod in ``status.reservedFor`` (existing entries kept). A claim being allocated
+  first gets the finalizer ``resource.kubernetes.io/delete-protection``, as kube-scheduler does, so that the
+  resourceclaim controller may deallocate it. The claim steps are the first steps of the pod's :class:`Bind`: a
+  claim that cannot be written (gone, replaced, allocated elsewhere meanwhile, a 409 twice) fails the bind, which
+  is reported like any failed bind (``FailedBinding``) and leaves the pod pending; a bind refused after its
+  claims were written rolls the reservations back (:class:`ReleaseClaim`). A pod the cycle binds whose claims
+  the cycle did not allocate is not bound. The requests themselves are sent by
+  :class:`kaisched.kube.claims.ClaimStatusWriter`.
 * **Evict**: ``POST pods/{name}/eviction`` with a ``policy/v1`` Eviction; a server without ``policy/v1``
   (1.20 answers 400 ``no kind "Eviction" is registered for version "policy/v1"``; others a bare 404) gets the
   same request with ``policy/v1beta1``. A 404 naming the pod means it is gone: done. Once evicted, the pod's
@@ -46,7 +58,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from kaisched.framework.result import CycleResult, Eviction, Placement, PodGroupStatus, QueueStatus
+from kaisched.framework.result import (
+    ClaimAllocation,
+    CycleResult,
+    Eviction,
+    Placement,
+    PodGroupStatus,
+    QueueStatus,
+)
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.quantity import QuantityError, parse_quantity
@@ -73,10 +92,17 @@ DEFAULT_POD_ERROR = "Unable to schedule pod"
 DEFAULT_POD_GROUP_ERROR = "Unable to schedule podgroup"
 POD_SCHEDULED = "PodScheduled"
 POD_SCHEDULED_SLOT = f"condition:{POD_SCHEDULED}"
+RESOURCE_CLAIM_KIND = C.RESOURCE_CLAIM_KIND
+#: set on a claim by the scheduler that allocates it; the resourceclaim controller removes it on deallocation
+DRA_FINALIZER = "resource.kubernetes.io/delete-protection"
 
 Lookup = Callable[[str, str], "Mapping[str, Any] | None"]
 """``lookup(kind, key)``: the cached object (decoded JSON as the API server returned it) or None. Kinds
-``"Pod"``, ``"PodGroup"``, ``"Queue"``; keys ``"<namespace>/<name>"`` or ``"<name>"`` for Queues."""
+``"Pod"``, ``"PodGroup"``, ``"Queue"``, ``"ResourceClaim"``, ``"DeviceClass"``; keys ``"<namespace>/<name>"`` or
+``"<name>"`` for cluster-scoped kinds."""
+
+DeviceSlice = Callable[[str, str, str], "Mapping[str, Any] | None"]
+"""``device_slice(driver, pool, device)``: the cached ResourceSlice that publishes the device, or None."""
 
 
 # ----------------------------------------------------------------------------------------- references
@@ -147,6 +173,11 @@ def queue_path(name: str, sub: str = "") -> str:
     return f"/apis/{C.QUEUE_API_VERSION}/queues/{name}" + (f"/{sub}" if sub else "")
 
 
+def claim_path(api_version: str, namespace: str, name: str, sub: str = "") -> str:
+    """A ResourceClaim (``api_version``: ``resource.k8s.io/<version>``, the version the server serves)."""
+    return f"/apis/{api_version}/namespaces/{namespace}/resourceclaims/{name}" + (f"/{sub}" if sub else "")
+
+
 def event_path(namespace: str, name: str = "") -> str:
     return f"/api/v1/namespaces/{namespace}/events" + (f"/{name}" if name else "")
 
@@ -167,9 +198,49 @@ def _never(_: ApiError) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimReservation:
+    """Reserve a ResourceClaim for a pod before its binding, writing the allocation the cycle made.
+
+    ``allocation``: the ``status.allocation`` to write when the claim has none (None: the cycle found the claim
+    allocated, and it must still be, on ``devices``); ``devices``: (driver, pool, device) of the allocation the
+    cycle counted the claim on."""
+
+    claim: ObjectRef  # apiVersion resource.k8s.io/<served version>, kind ResourceClaim, uid as cached
+    pod: ObjectRef  # with its uid (the reservedFor entry)
+    allocation: Mapping[str, Any] | None
+    devices: tuple[tuple[str, str, str], ...]
+
+    def describe(self) -> str:
+        return f"reserve ResourceClaim {self.claim.key} for pod {self.pod.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRelease:
+    """Remove pods' entries from a ResourceClaim's ``status.reservedFor``; when none is left and the claim carries
+    :data:`DRA_FINALIZER`, deallocate it too (clear ``status.allocation``, then the finalizer), as the
+    resourceclaim controller does when it removes the last reservation.
+
+    ``pods``: the entries to remove; those in ``unconfirmed`` (pods the cache does not hold) only after a GET
+    says the pod is gone (404, another uid, or done)."""
+
+    claim: ObjectRef
+    pods: tuple[ObjectRef, ...]
+    unconfirmed: frozenset[str] = frozenset()  # uids
+    reason: str = "gone"  # gone | rollback
+
+    def describe(self) -> str:
+        return f"release ResourceClaim {self.claim.key} from pods {', '.join(p.key for p in self.pods)}"
+
+
+ClaimStep = ClaimReservation | ClaimRelease
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     """One HTTP request. ``fallback`` is sent instead when ``fallback_when`` says the server refused this one
-    for a reason the fallback avoids; ``done_when`` says which refusals mean the goal is already reached."""
+    for a reason the fallback avoids; ``done_when`` says which refusals mean the goal is already reached.
+    A request with a ``claim_step`` is carried out by the writer's
+    :class:`~kaisched.kube.claims.ClaimStatusWriter` (read, compute, patch with optimistic concurrency)."""
 
     method: str
     path: str
@@ -178,6 +249,18 @@ class Request:
     fallback: Request | None = None
     fallback_when: ErrorTest = field(default=_never, compare=False, repr=False)
     done_when: ErrorTest = field(default=_never, compare=False, repr=False)
+    claim_step: ClaimStep | None = None
+
+
+def claim_request(step: ClaimStep) -> Request:
+    """The request of a claim step (its path and body identify it; the claim writer sends the real ones)."""
+    ref = step.claim
+    if isinstance(step, ClaimReservation):
+        body: JSON = {"reserve": step.pod.uid, "allocate": step.allocation is not None}
+    else:
+        body = {"release": sorted(p.uid for p in step.pods), "unconfirmed": sorted(step.unconfirmed)}
+    return Request("PATCH", claim_path(ref.api_version, ref.namespace, ref.name, "status"), body, MERGE_PATCH,
+                   claim_step=step)
 
 
 def is_not_found(err: ApiError) -> bool:
@@ -268,6 +351,7 @@ class Bind(Operation):
     labels: Mapping[str, str] = field(default_factory=dict)  # merge-patched before the binding
     annotations: Mapping[str, str] = field(default_factory=dict)
     then: tuple[Operation, ...] = ()  # written once bound (the Scheduled event)
+    claims: tuple[ClaimReservation, ...] = ()  # written first, in order (DRA PreBind)
 
     @property
     def target(self) -> ObjectRef:
@@ -303,23 +387,63 @@ class Bind(Operation):
 
         binding = Request("POST", pod_path(self.pod.namespace, self.pod.name, "binding"), self.binding_body,
                           done_when=already_here)
+        claims = tuple(claim_request(c) for c in self.claims)
         patch = self.patch_body
         if patch is None:
-            return (binding,)
-        return (Request("PATCH", pod_path(self.pod.namespace, self.pod.name), patch, MERGE_PATCH), binding)
+            return (*claims, binding)
+        return (*claims, Request("PATCH", pod_path(self.pod.namespace, self.pod.name), patch, MERGE_PATCH), binding)
 
     def failure_ops(self, error: ApiError, step: int, now: datetime, seq: int) -> list[Operation]:
+        n_claims = len(self.claims)
+        if step < n_claims:  # a claim could not be written: the pod stays pending, nothing of it was written
+            claim = self.claims[step].claim
+            message = (f"Failed to bind pod {self.pod.namespace}/{self.pod.name} to node {self.node}: "
+                       f"ResourceClaim {claim.key} could not be reserved for it. {_error_text(error)}")
+            return [*release_claims(self.pod, self.claims[:step]),
+                    new_event(self.pod, "Warning", "FailedBinding", message, now, seq),
+                    PodCondition(self.pod, pod_scheduled_condition("BindingError", message, now))]
+        # the claims are reserved: roll them back unless the outcome is unknown (the pod may be bound after all)
+        out: list[Operation] = []
+        if 400 <= error.status < 500:
+            out.extend(release_claims(self.pod, self.claims))
         if error.status == 404:
-            return []  # the pod was deleted meanwhile
+            return out  # the pod was deleted meanwhile
         message = (f"Failed to bind pod {self.pod.namespace}/{self.pod.name} to node {self.node}. "
                    f"{_error_text(error)}")
-        out: list[Operation] = [new_event(self.pod, "Warning", "FailedBinding", message, now, seq)]
+        out.append(new_event(self.pod, "Warning", "FailedBinding", message, now, seq))
         if error.status != 409:  # 409: the pod is bound elsewhere; its scheduling condition is not ours
             out.append(PodCondition(self.pod, pod_scheduled_condition("BindingError", message, now)))
             gpu_labels = {k: None for k in self.labels if is_gpu_group_label(k)}
-            if gpu_labels and step > 0:  # the labels were written: roll them back, as KAI's binder does
+            if gpu_labels and step > n_claims:  # the labels were written: roll them back, as KAI's binder does
                 out.append(PodMetadataPatch(self.pod, labels=gpu_labels, purpose="rollback"))
         return out
+
+
+def release_claims(pod: ObjectRef, reservations: Iterable[ClaimReservation]) -> list[Operation]:
+    """Roll back the reservations of ``pod`` (a bind that failed after its claims were written)."""
+    return [ReleaseClaim(ClaimRelease(r.claim, (pod,), reason="rollback")) for r in reservations]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseClaim(Operation):
+    """Remove reservations from a ResourceClaim (pods gone, or a bind rolled back): see :class:`ClaimRelease`."""
+
+    name: ClassVar[str] = "release"
+    release: ClaimRelease
+
+    @property
+    def target(self) -> ObjectRef:
+        return self.release.claim
+
+    @property
+    def slot(self) -> str | None:
+        return "release:" + ",".join(sorted(p.uid for p in self.release.pods))
+
+    def requests(self) -> tuple[Request, ...]:
+        return (claim_request(self.release),)
+
+    def describe(self) -> str:
+        return self.release.describe()
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,6 +755,110 @@ def node_pool_of(obj: Mapping[str, Any] | None, label_key: str = C.NODE_POOL_LAB
     return str(_labels(obj).get(label_key) or DEFAULT_NODE_POOL)
 
 
+def pod_claim_keys(pod: Mapping[str, Any]) -> tuple[set[str], str]:
+    """The keys of the ResourceClaims a pod uses (``spec.resourceClaims``, templated ones by the name the
+    resourceclaim controller gave them in ``status.resourceClaimStatuses``), or why they are not known yet."""
+    namespace = str(_meta(pod).get("namespace", "") or "")
+    made: dict[str, str | None] = {}
+    for item in _status(pod).get("resourceClaimStatuses") or ():
+        entry = _mapping(item)
+        name = entry.get("resourceClaimName")
+        made[str(entry.get("name", ""))] = str(name) if name else None
+    keys: set[str] = set()
+    for item in _spec(pod).get("resourceClaims") or ():
+        entry = _mapping(item)
+        pod_claim = str(entry.get("name", ""))
+        if entry.get("resourceClaimName"):
+            keys.add(f"{namespace}/{entry['resourceClaimName']}")
+        elif entry.get("resourceClaimTemplateName"):
+            if pod_claim not in made:
+                return set(), (f"the resourceclaim controller has not made the ResourceClaim of "
+                               f"spec.resourceClaims[{pod_claim}] yet")
+            claim = made[pod_claim]
+            if claim:
+                keys.add(f"{namespace}/{claim}")
+    return keys, ""
+
+
+def _sub_request(claim: Mapping[str, Any], request: str) -> Mapping[str, Any]:
+    """The (sub)request a result names (``req`` or ``req/sub``), in any served version (v1beta1 keeps the
+    fields of an exact request on the request itself)."""
+    base, _, sub = request.partition("/")
+    devices = _mapping(_spec(claim).get("devices"))
+    for item in devices.get("requests") or ():
+        req = _mapping(item)
+        if req.get("name") != base:
+            continue
+        if sub:
+            for alt in req.get("firstAvailable") or ():
+                if _mapping(alt).get("name") == sub:
+                    return _mapping(alt)
+            return {}
+        exactly = req.get("exactly")
+        return _mapping(exactly) if isinstance(exactly, Mapping) else req
+    return {}
+
+
+def node_local_selector(node: str) -> dict[str, Any]:
+    """The allocation's node selector of devices local to one node (as kube-scheduler's allocator writes it)."""
+    return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+
+
+def allocation_node_selector(claim: ClaimAllocation, device_slice: DeviceSlice | None) -> dict[str, Any] | None:
+    """``status.allocation.nodeSelector``: the node of node-local devices; else the requirements of the
+    devices' slices' node selectors together; None when every device is reachable from all nodes."""
+    if claim.node:
+        return node_local_selector(claim.node)
+    fields: list[Any] = []
+    expressions: list[Any] = []
+    for d in claim.devices:
+        spec = _spec(device_slice(d.driver, d.pool, d.device) if device_slice is not None else None)
+        if spec.get("nodeName"):
+            return node_local_selector(str(spec["nodeName"]))
+        terms = _mapping(spec.get("nodeSelector")).get("nodeSelectorTerms") or ()
+        if terms:
+            term = _mapping(terms[0])
+            fields.extend(r for r in term.get("matchFields") or () if r not in fields)
+            expressions.extend(r for r in term.get("matchExpressions") or () if r not in expressions)
+    if not fields and not expressions:
+        return None
+    term_out: dict[str, Any] = {}
+    if expressions:
+        term_out["matchExpressions"] = expressions
+    if fields:
+        term_out["matchFields"] = fields
+    return {"nodeSelectorTerms": [term_out]}
+
+
+def allocation_body(claim: ClaimAllocation, obj: Mapping[str, Any], lookup: Lookup,
+                    device_slice: DeviceSlice | None = None) -> dict[str, Any]:
+    """``status.allocation`` of a claim the cycle allocated, as kube-scheduler's allocator writes it: the device
+    results, the configuration of their DeviceClasses (``FromClass``) then of the claim (``FromClaim``), and the
+    node selector."""
+    results: list[dict[str, Any]] = []
+    for d in claim.devices:
+        result: dict[str, Any] = {"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+        if _sub_request(obj, d.request).get("adminAccess") is True:
+            result["adminAccess"] = True
+        results.append(result)
+    config: list[dict[str, Any]] = []
+    for request in dict.fromkeys(d.request for d in claim.devices):
+        class_name = str(_sub_request(obj, request).get("deviceClassName", ""))
+        device_class = lookup(C.DEVICE_CLASS_KIND, class_name) if class_name else None
+        for item in _spec(device_class).get("config") or ():
+            config.append({"source": "FromClass", "requests": [request], **_mapping(item)})
+    for item in _mapping(_spec(obj).get("devices")).get("config") or ():
+        config.append({"source": "FromClaim", **_mapping(item)})
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
+    out: dict[str, Any] = {"devices": devices}
+    selector = allocation_node_selector(claim, device_slice)
+    if selector is not None:
+        out["nodeSelector"] = selector
+    return out
+
+
 def pods_by_group(parsed: ParsedObjects) -> dict[str, list[str]]:
     """PodGroup key ``"<ns>/<name>"`` -> the keys of its pods (by their ``pod-group-name`` annotation), from
     the objects a cycle ran on (after :func:`kaisched.cluster.schedule.prepare`, so grouped pods count even
@@ -765,18 +993,23 @@ class OperationPlanner:
 
     def plan(self, result: CycleResult, lookup: Lookup, now: datetime,
              group_pods: Mapping[str, Sequence[str]] | None = None,
-             settling: Collection[str] = ()) -> list[Operation]:
-        """The operations of one cycle, in order: binds, evictions, pod conditions, PodGroup annotations and
-        status, Queue status, events.
+             settling: Collection[str] = (), device_slice: DeviceSlice | None = None,
+             held_devices: Mapping[tuple[str, str, str], str] | None = None) -> list[Operation]:
+        """The operations of one cycle, in order: binds (each with the DRA claims it reserves first),
+        evictions, pod conditions, PodGroup annotations and status, Queue status, events.
 
         ``group_pods`` maps a PodGroup key to its pod keys (see :func:`pods_by_group`); without it pending
         pods are not explained. ``settling``: pods with a bind or eviction still in flight (the writer's),
-        never treated as pending.
+        never treated as pending. ``device_slice`` finds the ResourceSlice of an allocated device (the node
+        selector of an allocation whose devices are not node-local). ``held_devices``: (driver, pool, device) ->
+        the key of the claim whose ``status.allocation`` holds it in the cache; a pod whose new allocation takes
+        a device another claim still holds is not bound before that claim is deallocated (the cycle counts the
+        devices of a claim no live pod reserves as free; the API must never show one device in two claims).
         """
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         self.events.begin()
-        ops = _Cycle(self, result, lookup, now, group_pods or {}, settling).run()
+        ops = _Cycle(self, result, lookup, now, group_pods or {}, settling, device_slice, held_devices or {}).run()
         self.events.end(now)
         return ops
 
@@ -785,8 +1018,16 @@ class _Cycle:
     """The planning of one cycle (state shared by its steps)."""
 
     def __init__(self, planner: OperationPlanner, result: CycleResult, lookup: Lookup, now: datetime,
-                 group_pods: Mapping[str, Sequence[str]], settling: Collection[str]) -> None:
+                 group_pods: Mapping[str, Sequence[str]], settling: Collection[str],
+                 device_slice: DeviceSlice | None = None,
+                 held_devices: Mapping[tuple[str, str, str], str] | None = None) -> None:
         self.planner = planner
+        self.device_slice = device_slice
+        self.held_devices = held_devices or {}
+        self.claims_of: dict[str, list[ClaimAllocation]] = {}
+        for claim in result.claims:
+            for pod_key in claim.pods:
+                self.claims_of.setdefault(pod_key, []).append(claim)
         self.options = planner.options
         self.result = result
         self.lookup = lookup
@@ -836,6 +1077,12 @@ class _Cycle:
             if pod is None:
                 continue  # deleted since the snapshot
             ref = ObjectRef.pod(placement.pod, _uid(pod))
+            claims, problem = self.claim_reservations(placement, pod, ref)
+            if problem:  # never bind a pod whose claims would not be written: it stays pending
+                self.bound.discard(placement.pod)
+                self.event(ref, "Warning", "FailedBinding",
+                           f"Not binding pod {ref.key} to node {placement.node}: {problem}")
+                continue
             labels, annotations = self.bind_metadata(placement, pod)
             group = self.lookup(C.POD_GROUP_KIND, self.group_key_of_pod(placement.pod, pod) or "")
             pool = node_pool_of(group, self.options.node_pool_label_key)
@@ -844,8 +1091,42 @@ class _Cycle:
                 f"Successfully assigned pod {ref.namespace}/{ref.name} to node {placement.node} at node-pool {pool}",
                 self.now)
             out.append(Bind(ref, placement.node, placement.gpu_groups, labels, annotations,
-                            then=(scheduled,) if scheduled is not None else ()))
+                            then=(scheduled,) if scheduled is not None else (), claims=claims))
         return out
+
+    def claim_reservations(self, placement: Placement, pod: Mapping[str, Any], ref: ObjectRef
+                           ) -> tuple[tuple[ClaimReservation, ...], str]:
+        """The claim writes that must precede the pod's binding, or why the pod must not be bound."""
+        allocations = self.claims_of.get(placement.pod, [])
+        expected, problem = pod_claim_keys(pod)
+        if problem:
+            return (), problem
+        if not expected and not allocations:
+            return (), ""
+        if not ref.uid:
+            return (), "the pod has no metadata.uid to reserve its ResourceClaims with"
+        missing = sorted(expected - {a.claim for a in allocations})
+        if missing:
+            return (), f"the cycle allocated no devices for its ResourceClaim {', '.join(missing)}"
+        out: list[ClaimReservation] = []
+        for a in allocations:
+            if a.template:
+                return (), (f"ResourceClaim {a.claim} would be made from ResourceClaimTemplate {a.template} by the "
+                            "scheduler; in Kubernetes the resourceclaim controller makes it")
+            claim = self.lookup(RESOURCE_CLAIM_KIND, a.claim)
+            if claim is None:
+                return (), f"ResourceClaim {a.claim} does not exist any more"
+            cref = ObjectRef.of(claim, C.RESOURCE_V1_API_VERSION, RESOURCE_CLAIM_KIND)
+            devices = tuple((d.driver, d.pool, d.device) for d in a.devices)
+            if a.new:
+                for device in devices:
+                    holder = self.held_devices.get(device)
+                    if holder is not None and holder != a.claim:
+                        return (), (f"device {'/'.join(device)} of ResourceClaim {a.claim} is still allocated to "
+                                    f"ResourceClaim {holder}: waiting for its deallocation")
+            allocation = allocation_body(a, claim, self.lookup, self.device_slice) if a.new else None
+            out.append(ClaimReservation(cref, ref, allocation, devices))
+        return tuple(out), ""
 
     def bind_metadata(self, placement: Placement, pod: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
         """The labels and annotations KAI's binder and scheduler put on a pod they bind, minus those it has."""

@@ -2,19 +2,23 @@
 
 A :class:`ResourceKind` knows its group, version, plural and scope, and builds every path the rest of
 :mod:`kaisched.kube` sends: the collection across all namespaces (list and watch), one namespace's
-collection, one object, and an object's subresources (``status``, ``binding``, ``eviction``).
+collection, one object, and an object's subresources (``status``, ``binding``, ``eviction``). The DRA kinds
+(``resource.k8s.io``) come in the version the server serves (:func:`dra_kinds`).
 Cache keys follow client-go: ``"<namespace>/<name>"`` for namespaced objects, ``"<name>"`` otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 __all__ = [
     "CONFIGMAP",
+    "DEVICE_CLASS",
+    "DRA_GROUP",
+    "DRA_VERSIONS",
     "EVENT",
     "KINDS",
     "LEASE",
@@ -23,8 +27,12 @@ __all__ = [
     "PODGROUP",
     "PRIORITY_CLASS",
     "QUEUE",
+    "RESOURCE_CLAIM",
+    "RESOURCE_CLAIM_TEMPLATE",
+    "RESOURCE_SLICE",
     "TOPOLOGY",
     "ResourceKind",
+    "dra_kinds",
     "key_for",
     "kind_for",
     "object_key",
@@ -134,6 +142,27 @@ QUEUE = ResourceKind("Queue", "scheduling.run.ai", "v2", "queues", namespaced=Fa
 PRIORITY_CLASS = ResourceKind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 TOPOLOGY = ResourceKind("Topology", "kai.scheduler", "v1alpha1", "topologies", namespaced=False)
 LEASE = ResourceKind("Lease", "coordination.k8s.io", "v1", "leases", namespaced=True)
+
+# Dynamic Resource Allocation (resource.k8s.io): v1 by default; :func:`dra_kinds` gives them in the version the
+# server serves (``kaisched.kube.claims.discover_dra_version``: v1, else v1beta2, else v1beta1)
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSIONS: tuple[str, ...] = ("v1", "v1beta2", "v1beta1")
+DEVICE_CLASS = ResourceKind("DeviceClass", DRA_GROUP, "v1", "deviceclasses", namespaced=False)
+RESOURCE_SLICE = ResourceKind("ResourceSlice", DRA_GROUP, "v1", "resourceslices", namespaced=False)
+RESOURCE_CLAIM = ResourceKind("ResourceClaim", DRA_GROUP, "v1", "resourceclaims", namespaced=True,
+                              subresources=frozenset({"status"}))
+RESOURCE_CLAIM_TEMPLATE = ResourceKind("ResourceClaimTemplate", DRA_GROUP, "v1", "resourceclaimtemplates",
+                                       namespaced=True)
+
+
+def dra_kinds(version: str) -> tuple[ResourceKind, ...]:
+    """The four DRA kinds kaisched reads (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate) in
+    ``version`` of ``resource.k8s.io``."""
+    if version not in DRA_VERSIONS:
+        raise ValueError(f"unknown {DRA_GROUP} version {version!r} (known: {', '.join(DRA_VERSIONS)})")
+    return tuple(replace(k, version=version) for k in (DEVICE_CLASS, RESOURCE_SLICE, RESOURCE_CLAIM,
+                                                        RESOURCE_CLAIM_TEMPLATE))
+
 
 KINDS: Mapping[str, ResourceKind] = {
     k.kind: k for k in (NODE, POD, PODGROUP, QUEUE, PRIORITY_CLASS, TOPOLOGY, CONFIGMAP, LEASE, EVENT)

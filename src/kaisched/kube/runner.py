@@ -1,11 +1,18 @@
 """``kaisched run``: the scheduling loop against a real API server.
 
-Informers keep caches of Nodes, Pods, PodGroups, Queues, PriorityClasses and Topologies. Every
+Informers keep caches of Nodes, Pods, PodGroups, Queues, PriorityClasses and Topologies, and of the DRA kinds
+(DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates) in the ``resource.k8s.io`` version the
+server serves (v1, else v1beta2, else v1beta1; asked once at start). Every
 ``schedule_period`` the leader takes one consistent view of them (:mod:`kaisched.kube.cache`), groups the
 pods that have no PodGroup yet (the pod-grouper controller creates those PodGroups and annotates the pods),
 runs the configured actions (the same code as ``kaisched schedule`` and the simulator) and hands what the
 cycle decided to the :class:`~kaisched.kube.writer.ClusterWriter`: binds, evictions, PodGroup/Queue status,
 pod conditions and events, written by a bounded worker pool that never blocks the next cycle.
+
+DRA (:mod:`kaisched.kube.claims`): the snapshot never makes claims from templates here (the cluster's resourceclaim
+controller does; a pod waits for its claim); a bind writes its claims' allocation and reservation first; the
+reservations of pods that are gone are removed every cycle; claims whose reservation is in flight are shown
+reserved to the next cycle.
 
 Leadership (``leader_elect``): only the holder of the Lease schedules. A replica that loses the Lease stops
 at once (:meth:`KubeScheduler.run` returns 1, the process exits and Kubernetes restarts it as a standby),
@@ -32,14 +39,15 @@ from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
-from kaisched.kube.api import Api
+from kaisched.kube.api import Api, ApiError
 from kaisched.kube.cache import OwnerCache, ParseCache, overlay
+from kaisched.kube.claims import discover_dra_version, held_devices, stale_reservations
 from kaisched.kube.grouper_controller import PodGrouperController
 from kaisched.kube.health import Health, HealthServer
 from kaisched.kube.informer import Informer
 from kaisched.kube.leader import LeaderElector
 from kaisched.kube.logs import get_logger, log_cycle
-from kaisched.kube.metrics import SchedulerMetrics, timed_cycle
+from kaisched.kube.metrics import CycleTimings, SchedulerMetrics, timed_cycle
 from kaisched.kube.operations import EventMemory, ObjectRef, Operation, OperationPlanner, pods_by_group
 from kaisched.kube.resources import (
     CONFIGMAP,
@@ -51,6 +59,7 @@ from kaisched.kube.resources import (
     QUEUE,
     TOPOLOGY,
     ResourceKind,
+    dra_kinds,
 )
 from kaisched.kube.writer import ClusterWriter, Failure
 from kaisched.podgrouper import group_pods, kind_defaults
@@ -80,6 +89,9 @@ class RunOptions:
     sync_timeout: float = 120.0
     watch_timeout: float = 300.0
     max_cycles: int | None = None  # stop after this many cycles (tests, one-shot runs)
+    # resource.k8s.io version of the DRA kinds: "auto" (asked from the server at start), "v1", "v1beta2",
+    # "v1beta1", or "off" (no DRA informers: pods that name claims stay pending)
+    dra_version: str = "auto"
 
     def resolved_identity(self) -> str:
         if self.identity:
@@ -117,6 +129,8 @@ class KubeScheduler:
                 api, CONFIGMAP, namespace=params.default_priorities_configmap_namespace or "default",
                 field_selector=f"metadata.name={params.default_priorities_configmap_name}",
                 watch_timeout=self.options.watch_timeout, name="informer-configmaps")
+        self.kinds: dict[str, ResourceKind] = dict(KINDS)  # by kind name: the DRA ones once discovered
+        self.dra_version: str | None = None  # the resource.k8s.io version read (None: DRA not served / off)
         self.parse_cache = ParseCache()
         self.owners = OwnerCache(api)
         self.metrics = SchedulerMetrics()
@@ -136,7 +150,9 @@ class KubeScheduler:
 
     # ---- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers, the health/metrics server and (with leader election) the elector."""
+        """Find the DRA version the server serves, start the informers, the health/metrics server and (with
+        leader election) the elector."""
+        self._start_dra()
         for informer in self.informers.values():
             informer.start()
         if self.options.listen_port is not None:
@@ -151,6 +167,40 @@ class KubeScheduler:
             self.elector.start()
         else:
             self._leading.set()
+
+    def _start_dra(self, attempts: int = 5) -> None:
+        """Add the DRA informers, in the version the server serves (asked once; a server that cannot be asked
+        after a few attempts is taken to serve v1: the informers retry on their own)."""
+        wanted = self.options.dra_version
+        version: str | None = None
+        if wanted == "off":
+            return
+        if wanted != "auto":
+            version = wanted
+        else:
+            delay = 0.2
+            for attempt in range(1, attempts + 1):
+                try:
+                    version = discover_dra_version(self.api)
+                    break
+                except ApiError as err:
+                    if attempt == attempts or self._stop.wait(delay):
+                        log.warning("resource.k8s.io discovery failed: assuming v1", error=str(err))
+                        version = "v1"
+                        break
+                    delay *= 2
+        if version is None:
+            log.info("the API server serves no resource.k8s.io version: DRA claims are not read")
+            return
+        self.dra_version = version
+        for kind in dra_kinds(version):
+            self.kinds[kind.kind] = kind
+            self.informers[kind.kind] = Informer(self.api, kind, watch_timeout=self.options.watch_timeout,
+                                                 name=f"informer-{kind.plural}")
+        log.info("DRA objects read", version=f"resource.k8s.io/{version}")
+
+    def _dra(self, kind: str) -> ResourceKind | None:
+        return self.kinds.get(kind) if self.dra_version is not None else None
 
     def _on_lost(self) -> None:
         if self._leading.is_set():
@@ -180,8 +230,10 @@ class KubeScheduler:
     def wait_synced(self, timeout: float) -> bool:
         """Wait until the required kinds are listed (False on timeout or when asked to stop meanwhile)."""
         deadline = self._clock() + timeout
-        for kind in REQUIRED_KINDS:
-            informer = self.informers[kind.kind]
+        dra = [k for k in (C.DEVICE_CLASS_KIND, C.RESOURCE_SLICE_KIND, C.RESOURCE_CLAIM_KIND,
+                           C.RESOURCE_CLAIM_TEMPLATE_KIND) if k in self.informers]
+        for kind in [*(k.kind for k in REQUIRED_KINDS), *dra]:  # (without the claims, devices would look free)
+            informer = self.informers[kind]
             while not informer.wait_synced(min(0.2, max(0.0, deadline - self._clock()))):
                 if self._stop.is_set() or self._clock() >= deadline:
                     return False
@@ -213,8 +265,7 @@ class KubeScheduler:
         # /healthz fails only when no cycle ended for this long (a full cycle on a very large cluster takes
         # tens of seconds: see benchmarks/RESULTS.md)
         self.health.register_loop(CYCLE_LOOP, max(300.0, 10 * o.schedule_period))
-        self.writer = ClusterWriter(self.api, workers=o.workers, on_failure=self._on_failure,
-                                    metrics=self.metrics)
+        self.writer = self._new_writer()
         next_at = self._clock()
         while not self._stop.is_set():
             self.run_cycle()
@@ -233,6 +284,10 @@ class KubeScheduler:
             return 1
         return 0
 
+    def _new_writer(self) -> ClusterWriter:
+        return ClusterWriter(self.api, workers=self.options.workers, on_failure=self._on_failure,
+                             metrics=self.metrics, lookup=self.lookup)
+
     def _on_failure(self, failure: Failure) -> None:
         self.failures.append(failure)
         del self.failures[:-100]
@@ -250,8 +305,7 @@ class KubeScheduler:
     def run_cycle(self) -> CycleResult:
         """One scheduling cycle on the caches as they are now; its writes are queued, not awaited."""
         if self.writer is None:
-            self.writer = ClusterWriter(self.api, workers=self.options.workers, on_failure=self._on_failure,
-                                        metrics=self.metrics)
+            self.writer = self._new_writer()
         writer = self.writer
         start = time.perf_counter()
         now = self._now()
@@ -261,20 +315,50 @@ class KubeScheduler:
             evictions = writer.in_flight_evictions()
             api_pods = self._items(POD)
             api_pod_groups = [o for _, o in self._items(PODGROUP)]
+            api_claims = self._items(self._dra(C.RESOURCE_CLAIM_KIND))
+            claims = writer.claims.overlay(api_claims)
             parsed = self._parse(overlay(api_pods, {k: (p.node, p.gpu_groups) for k, p in placements.items()},
-                                         evictions, _rfc3339(now)))
+                                         evictions, _rfc3339(now)), claims)
             prepared = self._group(parsed, now)
             writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now))
-            result, timings = timed_cycle(prepared, self.config, now, memo=self.memo)
+            result, timings = self._cycle(prepared, now)
             ops = self.planner.plan(result, self.lookup, now, pods_by_group(prepared),
-                                    settling=set(placements) | evictions)
+                                    settling=set(placements) | evictions, device_slice=self._device_slices(),
+                                    held_devices=held_devices(claims) if result.claims else None)
             writer.submit(ops)
+            if api_claims:
+                claims_kind = self._dra(C.RESOURCE_CLAIM_KIND)
+                assert claims_kind is not None
+                writer.submit(stale_reservations(api_claims, api_pods, claims_kind.api_version))
             writer.submit(self._error_events(result.errors, now))
             self.metrics.record_cycle(result, timings, self.lookup, now)
         self.cycles += 1
         self.health.beat(CYCLE_LOOP)
         log_cycle(log, result, time.perf_counter() - start, cycle=self.cycles)
         return result
+
+    def _cycle(self, prepared: ParsedObjects, now: datetime) -> tuple[CycleResult, CycleTimings]:
+        """The cycle, in Kubernetes mode's snapshot options (the memo knows the DRA objects: cluster/memo.py)."""
+        return timed_cycle(prepared, self.config, now, memo=self.memo, make_template_claims=False)
+
+    def _device_slices(self) -> Callable[[str, str, str], Mapping[str, Any] | None]:
+        """``(driver, pool, device) -> ResourceSlice``, indexed on first use (only allocations whose devices are
+        not node-local need it)."""
+        index: dict[tuple[str, str, str], Mapping[str, Any]] | None = None
+
+        def find(driver: str, pool: str, device: str) -> Mapping[str, Any] | None:
+            nonlocal index
+            if index is None:
+                index = {}
+                for _, s in self._items(self._dra(C.RESOURCE_SLICE_KIND)):
+                    spec = s.get("spec") or {}
+                    pool_name = str((spec.get("pool") or {}).get("name", ""))
+                    for d in spec.get("devices") or ():
+                        if isinstance(d, Mapping):
+                            index.setdefault((str(spec.get("driver", "")), pool_name, str(d.get("name", ""))), s)
+            return index.get((driver, pool, device))
+
+        return find
 
     def _error_events(self, errors: list[ObjectError], now: datetime) -> list[Operation]:
         """A Warning event ``InvalidObject`` on each object with input errors (malformed fields, unknown
@@ -284,7 +368,7 @@ class KubeScheduler:
         out: list[Operation] = []
         for error in errors:
             kind, _, ref = error.object.partition(" ")
-            rk = KINDS.get(kind)
+            rk = self.kinds.get(kind)
             if rk is None:
                 continue
             namespace, _, name = ref.rpartition("/")
@@ -299,9 +383,9 @@ class KubeScheduler:
         memory.end(now)
         return out
 
-    def _items(self, kind: ResourceKind) -> list[tuple[str, Mapping[str, Any]]]:
-        informer = self.informers.get(kind.kind)
-        if informer is None:
+    def _items(self, kind: ResourceKind | None) -> list[tuple[str, Mapping[str, Any]]]:
+        informer = self.informers.get(kind.kind) if kind is not None else None
+        if informer is None or kind is None:
             return []
         out = []
         for obj in informer.store.snapshot():
@@ -313,9 +397,15 @@ class KubeScheduler:
         out.sort(key=lambda kv: kv[0])
         return out
 
-    def _parse(self, pods: list[tuple[str, Mapping[str, Any]]]) -> ParsedObjects:
+    def _parse(self, pods: list[tuple[str, Mapping[str, Any]]],
+               claims: list[tuple[str, Mapping[str, Any]]] | None = None) -> ParsedObjects:
         parsed = ParsedObjects()
         cache = self.parse_cache
+        cache.parse(C.DEVICE_CLASS_KIND, self._items(self._dra(C.DEVICE_CLASS_KIND)), parsed)
+        cache.parse(C.RESOURCE_SLICE_KIND, self._items(self._dra(C.RESOURCE_SLICE_KIND)), parsed)
+        cache.parse(C.RESOURCE_CLAIM_KIND, claims if claims is not None else
+                    self._items(self._dra(C.RESOURCE_CLAIM_KIND)), parsed)
+        cache.parse(C.RESOURCE_CLAIM_TEMPLATE_KIND, self._items(self._dra(C.RESOURCE_CLAIM_TEMPLATE_KIND)), parsed)
         cache.parse("Node", self._items(NODE), parsed)
         cache.parse("Pod", pods, parsed)
         cache.parse("PodGroup", self._items(PODGROUP), parsed)

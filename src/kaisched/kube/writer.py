@@ -32,6 +32,9 @@ submission order; lanes run concurrently on a bounded thread pool (``workers`` r
 * **After success** the operation's ``success_ops`` are queued (the ``Scheduled`` event of a bind, the
   PodGroup's ``Evict`` event of an eviction), and a bind's latency (submission to the server's answer) goes to
   ``metrics.observe_bind``.
+* **DRA claims**: a Bind's claim steps (its first requests) and :class:`~kaisched.kube.operations.ReleaseClaim`
+  are carried out by :attr:`ClusterWriter.claims` (:class:`~kaisched.kube.claims.ClaimStatusWriter`); the claims
+  of submitted binds are shown reserved by its ``overlay`` until the cache shows them (or the bind fails).
 * **Shutdown**: :meth:`~ClusterWriter.close` (on leadership loss: drop everything; on a graceful stop:
   ``drain=True`` first). A new leader starts with a new writer and rebuilds its view from the API.
 """
@@ -51,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from kaisched.framework.result import Placement
 from kaisched.kube.api import Api, ApiError
+from kaisched.kube.claims import ClaimStatusWriter
 from kaisched.kube.logs import get_logger
 from kaisched.kube.operations import Bind, Evict, Lookup, Operation, Request
 
@@ -112,6 +116,7 @@ class ClusterWriter:
         on_failure: Callable[[Failure], None] | None = None,
         metrics: SchedulerMetrics | None = None,
         settle_timeout: float = 60.0,
+        lookup: Lookup | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be at least 1, got {workers}")
@@ -128,6 +133,8 @@ class ClusterWriter:
         self._on_failure = on_failure
         self._metrics = metrics
         self.settle_timeout = settle_timeout
+        #: the DRA claim steps of binds and releases (``lookup`` reads the caches' claims)
+        self.claims = ClaimStatusWriter(api, lookup, clock=clock, settle_timeout=settle_timeout)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._lanes: dict[str, _Lane] = {}
@@ -160,6 +167,8 @@ class ClusterWriter:
                 log.debug("duplicate bind dropped", pod=op.pod.key, node=op.node)
                 return False
             self._binds[op.pod.key] = _Flight(Placement(op.pod.key, op.node, op.gpu_groups), now)
+            if op.claims:
+                self.claims.planned(op.claims)
         elif isinstance(op, Evict):
             if op.pod.key in self._evictions:
                 return False
@@ -242,6 +251,7 @@ class ClusterWriter:
                         or now - flight.done_at >= self.settle_timeout):
                     del self._evictions[key]
             self._recent = {k: v for k, v in self._recent.items() if now - v[1] < self.settle_timeout}
+        self.claims.settle(lookup)
 
     def pending(self) -> int:
         """Operations queued or running."""
@@ -296,6 +306,7 @@ class ClusterWriter:
         for op in lane.queue:
             if isinstance(op, Bind):
                 self._binds.pop(op.pod.key, None)
+                self.claims.dropped(op.claims)
             elif isinstance(op, Evict):
                 self._evictions.pop(op.pod.key, None)
             log.warning("cluster writer closed: operation dropped", operation=op.describe())
@@ -329,6 +340,9 @@ class ClusterWriter:
         self._succeeded(op, started)
 
     def _send(self, req: Request) -> None:
+        if req.claim_step is not None:
+            self.claims.run(req.claim_step)
+            return
         try:
             self._api.request(req.method, req.path, body=req.body, content_type=req.content_type)
         except ApiError as err:
@@ -371,6 +385,7 @@ class ClusterWriter:
             self.failures += 1
             if isinstance(op, Bind):
                 self._binds.pop(op.pod.key, None)
+                self.claims.dropped(op.claims)
             elif isinstance(op, Evict):
                 self._evictions.pop(op.pod.key, None)
             self._seq += 1
