@@ -18,6 +18,7 @@ run: $(STAMP)
 	$(BIN)/kaisched schedule -f examples/cluster.yaml -o table --now 2026-01-01T02:00:00Z || test $$? -eq 1
 	$(BIN)/kaisched schedule -f examples/reclaim.yaml -o table --now 2026-01-01T02:00:00Z
 	$(BIN)/kaisched schedule -f examples/gpu-sharing.yaml -o table --now 2026-01-01T02:00:00Z
+	$(BIN)/kaisched schedule -f examples/dra-gpus.yaml -o table --now 2026-01-01T02:00:00Z
 	$(BIN)/kaisched simulate examples/simulation/three-teams.yaml -o sim-out
 
 lint: $(STAMP)
@@ -52,6 +53,7 @@ helm:
 
 test: lint typecheck helm unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks --smoke
+	$(BIN)/python -m benchmarks.dra --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 
 # the benchmarks on the core kaisched ships (compiled with mypyc, docs/performance.md); `.venv/bin/python -m

@@ -271,3 +271,29 @@ def test_fractions_stay_off_dra_gpu_nodes_and_use_device_plugin_nodes() -> None:
     result = run(node("dra-node"), plain, gpu_class(), slice_("dra-node", 4), queue("team-a"), frac,
                  template("one"), pod("claimer", templates={"gpu": "one"}, minute=1))
     assert binds(result) == {"ml/frac": "plain", "ml/claimer": "dra-node"}
+
+
+def test_the_dra_example_of_the_docs_runs_as_written() -> None:
+    """docs/dra.md: `kaisched schedule -f examples/dra-gpus.yaml --now 2026-01-01T02:00:00Z [-o json]`."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from kaisched.cli import cli
+
+    example = str(Path(__file__).parents[2] / "examples" / "dra-gpus.yaml")
+    table = CliRunner().invoke(cli, ["schedule", "-f", example, "--now", "2026-01-01T02:00:00Z"])
+    assert table.exit_code == 0, table.output
+    assert "6 binds, 0 pipelined, 0 evictions, 1 of 7 PodGroups pending" in table.output
+    out = CliRunner().invoke(cli, ["schedule", "-f", example, "--now", "2026-01-01T02:00:00Z", "-o", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert {b["pod"]: b["node"] for b in data["binds"]}["inference/llm-server"] == "h100-0"
+    shared = next(c for c in data["claims"] if c["claim"] == "inference/shared-gpu")
+    assert shared["pods"] == ["inference/embed-0", "inference/embed-1"] and len(shared["devices"]) == 1
+    pending = [g for g in data["podGroups"] if g["status"] == "Pending"]
+    assert [g["name"] for g in pending] == ["research/pg-train-3-research-train-3"]
+    assert "devices for a ResourceClaim of gpus (2 x gpu.nvidia.com)" in pending[0]["message"]
+    devices = [(d["pool"], d["device"]) for c in data["claims"] for d in c["devices"]]
+    assert len(devices) == len(set(devices)) == 8
