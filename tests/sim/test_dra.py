@@ -68,6 +68,7 @@ def example() -> tuple[Watched, SimResult]:
     return sim, sim.run()
 
 
+@pytest.mark.interpreted  # (Watched overrides the simulator: compiled classes take no interpreted subclass)
 def test_the_example_completes_every_job_and_never_gives_a_device_to_two_claims(
         example: tuple[Watched, SimResult]) -> None:
     sim, result = example
@@ -80,6 +81,7 @@ def test_the_example_completes_every_job_and_never_gives_a_device_to_two_claims(
     assert not sim.cluster.device_holders()
 
 
+@pytest.mark.interpreted  # (Watched overrides the simulator: compiled classes take no interpreted subclass)
 def test_the_example_asks_gpus_by_claim_only(example: tuple[Watched, SimResult]) -> None:
     sim, _ = example
     static = sim.static
@@ -92,6 +94,7 @@ def test_the_example_asks_gpus_by_claim_only(example: tuple[Watched, SimResult])
     assert all(o["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] for o in pods)
 
 
+@pytest.mark.interpreted  # (Watched overrides the simulator: compiled classes take no interpreted subclass)
 def test_selectors_keep_research_on_the_h100_nodes(example: tuple[Watched, SimResult]) -> None:
     sim, _ = example
     nodes = {c.node for _, result, _ in sim.checked for c in result.claims
@@ -102,6 +105,7 @@ def test_selectors_keep_research_on_the_h100_nodes(example: tuple[Watched, SimRe
     assert serve
 
 
+@pytest.mark.interpreted  # (Watched overrides the simulator: compiled classes take no interpreted subclass)
 def test_the_metrics_count_the_dra_gpus(example: tuple[Watched, SimResult]) -> None:
     sim, result = example
     assert all(s.gpus_total == 40 for s in result.samples)
@@ -280,6 +284,7 @@ def test_generated_jobs_draw_their_claim_counts() -> None:
         scenario_from_mapping(bad)
 
 
+@pytest.mark.interpreted  # (Watched overrides the simulator: compiled classes take no interpreted subclass)
 def test_manifest_arrivals_bring_their_templates_and_give_their_claims_back() -> None:
     """Two Jobs (manifests) whose pod templates ask GPUs through the same ResourceClaimTemplate, each arriving
     with a copy of it: the first completing does not take the template from the second."""
