@@ -294,6 +294,7 @@ def test_the_dra_example_of_the_docs_runs_as_written() -> None:
     assert shared["pods"] == ["inference/embed-0", "inference/embed-1"] and len(shared["devices"]) == 1
     pending = [g for g in data["podGroups"] if g["status"] == "Pending"]
     assert [g["name"] for g in pending] == ["research/pg-train-3-research-train-3"]
-    assert "devices for a ResourceClaim of gpus (2 x gpu.nvidia.com)" in pending[0]["message"]
+    assert ("devices for claim gpus (ResourceClaimTemplate research/two-gpus): gpus (2 x gpu.nvidia.com)"
+            in pending[0]["message"])
     devices = [(d["pool"], d["device"]) for c in data["claims"] for d in c["devices"]]
     assert len(devices) == len(set(devices)) == 8

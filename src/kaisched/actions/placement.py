@@ -276,11 +276,12 @@ def failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool
 
 def claims_key(task: TaskInfo) -> tuple[object, ...]:
     """What a task's DRA claims add to its shape: each claim itself when it is shared or already allocated (it pins
-    its pods), otherwise what it asks (claims made from one template for pods alike fit alike)."""
+    its pods), otherwise how its pod names it and what it asks (claims made from one template for pods alike fit
+    alike, and their fit error names the template)."""
     if not task.claims:
         return ()
     return tuple(info.key if info.shared or info.allocation is not None or info.reserved
-                 else repr(info.claim.spec) for info in task.claims)
+                 else (info.origin, repr(info.claim.spec)) for info in task.claims)
 
 
 def predicate_codes(ssn: Session, task: TaskInfo) -> Codes | None:

@@ -175,6 +175,8 @@ class ClaimInfo:
     # status.allocation still stands: a pod holds it, or reservedFor names a pod that is not known to be gone
     # or pending (otherwise the resourceclaim controller deallocates it: its devices are free here)
     live: bool = False
+    # how its pods name it, for fit errors shared by pods alike: "claim gpus (ResourceClaimTemplate ml/two-gpus)"
+    origin: str = ""
     reserved: tuple[ClaimConsumer, ...] = ()
     match_attributes: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
 
@@ -451,7 +453,7 @@ class DraState:
                 key = f"{info.key}#{len(self._index)}"
                 info = ClaimInfo(key=key, claim=info.claim, requests=info.requests, error="", gpus=info.gpus,
                                  from_template=True, allocation=None, users=[task.uid],
-                                 match_attributes=info.match_attributes)
+                                 match_attributes=info.match_attributes, origin=info.origin)
                 self._index[key] = len(self._index)
                 self.claims[key] = info
             out.append(info)
@@ -602,6 +604,8 @@ def describe_claim(state: DraState, info: ClaimInfo, node_names: Sequence[str]) 
     if info.shared or info.reserved:
         return f"devices of ResourceClaim {info.key}: {asks}"
     # (pods whose claims ask alike share a fit error: it names what they ask, not one pod's claim)
+    if info.origin:
+        return f"devices for {info.origin}: {asks}"
     return f"devices for a ResourceClaim of {asks}"
 
 
@@ -678,6 +682,8 @@ class DraSnapshot:
                     return PodClaims(problem=f"ResourceClaim {key} (spec.resourceClaims[{pc.name}]) does not exist",
                                      reason=CLAIM_MISSING)
                 info = self.infos[key] = resolve_claim(claim, self.devices, self.classes, templated)
+                if templated:
+                    info.origin = f"claim {pc.name} (ResourceClaimTemplate {ns}/{pc.resource_claim_template_name})"
             if uid not in info.users:
                 info.users.append(uid)
             found.append(info)
