@@ -298,3 +298,48 @@ def test_the_dra_example_of_the_docs_runs_as_written() -> None:
             in pending[0]["message"])
     devices = [(d["pool"], d["device"]) for c in data["claims"] for d in c["devices"]]
     assert len(devices) == len(set(devices)) == 8
+
+
+def test_counted_device_sets_follow_every_allocation_and_rollback() -> None:
+    """The per-node free counts a fit check reads are kept up to date incrementally: after placements,
+    evictions and rollbacks they equal counts made afresh from the devices' state."""
+    import numpy as np
+
+    from kaisched.framework.statement import Statement
+    from kaisched.model.dra import _DeviceSet
+    from tests.unit.builders import open_session
+
+    held = [claim(f"h{i}", allocated=[f"node-a/gpu-{i}"], reserved=[f"h{i}"]) for i in range(2)]
+    running = [pod(f"h{i}", claims={"gpu": f"h{i}"}, node_name="node-a", phase="Running") for i in range(2)]
+    pending = [pod(f"p{i}", templates={"gpu": "one"}, minute=i) for i in range(4)]
+    ssn = open_session(node("node-a"), node("node-b"), gpu_class(), slice_("node-a", 4), slice_("node-b", 2),
+                       queue("team-a"), template("one"), *held, *running, *pending)
+    dra = ssn.nodes.dra
+    assert dra is not None
+    tasks = {t.name: t for t in ssn.snapshot.tasks.values()}
+    choice = tasks["p0"].claims[0].requests[0].choices[0]
+    assert dra.fits(tasks["p0"], len(ssn.nodes), pipelined=False).tolist() == [True, True]  # (counts the set)
+
+    def check() -> None:
+        counted = dra._set(choice.devices)
+        fresh = _DeviceSet(choice.devices, dra, len(ssn.nodes))
+        assert np.array_equal(counted.idle, fresh.idle) and np.array_equal(counted.pipe, fresh.pipe)
+
+    stmt = Statement(ssn)
+    stmt.allocate(tasks["p0"], 0)
+    stmt.allocate(tasks["p1"], 1)
+    check()
+    mark = stmt.checkpoint()
+    stmt.evict(tasks["h0"], action="reclaim", preemptor="x", message="")
+    stmt.pipeline(tasks["p2"], 0)
+    check()
+    p2 = tasks["p2"].claims[0].key
+    assert [dra.devices.keys[d] for d in dra.allocated[p2]] == ["gpu.nvidia.com/node-a/gpu-0"]  # (releasing first)
+    stmt.allocate(tasks["p3"], 0)  # the last idle device of node-a
+    check()
+    assert dra.fits(tasks["p3"], len(ssn.nodes), pipelined=False).tolist() == [True, False]  # (pinned by its claim)
+    stmt.rollback(mark)
+    check()
+    stmt.discard()
+    check()
+    assert dra.allocated.keys() == {"ml/h0", "ml/h1"}

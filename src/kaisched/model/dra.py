@@ -271,15 +271,41 @@ def _evaluate(selectors: list[str], devices: DraDevices) -> tuple[IntArray, str]
 
 
 # -------------------------------------------------------------------------------------- accounting
+class _DeviceSet:
+    """The devices one request selects (claims alike share the array), counted per node: how many there are,
+    how many are free now and how many are free for a pipelined placement. Kept up to date by the DraState on
+    every change of a device (:meth:`DraState.join`), so a fit check compares counts instead of counting."""
+
+    __slots__ = ("by_node", "devs", "idle", "member", "pipe", "remote", "starts", "total")
+
+    def __init__(self, devs: IntArray, state: DraState, n: int) -> None:
+        homes = state.devices.node_of[devs]
+        local = homes >= 0
+        self.devs = devs  # (kept: the set is found by the array's identity)
+        self.member: BoolArray = np.zeros(state.devices.count, dtype=np.bool_)
+        self.member[devs[local]] = True
+        self.remote: IntArray = devs[~local]  # devices of multi-node slices (counted when asked)
+        local_homes = homes[local]
+        self.total: IntArray = np.bincount(local_homes, minlength=n)
+        idle, pipe = state.available(pipelined=False)[devs[local]], state.available(pipelined=True)[devs[local]]
+        self.idle: IntArray = np.bincount(local_homes[idle], minlength=n)
+        self.pipe: IntArray = np.bincount(local_homes[pipe], minlength=n)
+        order = np.argsort(local_homes, kind="stable")
+        self.by_node: IntArray = devs[local][order]  # each node's devices together, in their order
+        self.starts: IntArray = np.searchsorted(local_homes[order], np.arange(n + 1))
+
+
 class DraState:
     """Which claim holds each device (``owner``; -1: free), which devices are releasing, and which a pipelined
     pod's claim took on top of a releasing holder (``piped``)."""
 
-    __slots__ = ("_alloc_kind", "_index", "_requests", "_rows", "allocated", "claims", "devices",
-                 "holders", "owner", "piped", "releasing")
+    __slots__ = ("_alloc_kind", "_index", "_requests", "_rows", "_sets", "allocated", "claims", "devices",
+                 "holders", "nodes", "owner", "piped", "releasing")
 
     def __init__(self, devices: DraDevices, claims: Mapping[str, ClaimInfo]) -> None:
         self.devices = devices
+        self.nodes = len(devices.node_gpus)
+        self._sets: dict[int, _DeviceSet] = {}  # by id of a request's device array
         self.claims = dict(claims)
         self._index = {key: i for i, key in enumerate(self.claims)}
         d = devices.count
@@ -306,6 +332,7 @@ class DraState:
     # ---- bookkeeping -------------------------------------------------------------------------------
     def _hold(self, key: str, devs: tuple[int, ...], kind: str) -> None:
         c = self._index[key]
+        before = self._availability(devs)
         self.allocated[key] = devs
         self._alloc_kind[key] = kind
         for d in devs:
@@ -313,12 +340,14 @@ class DraState:
                 self.piped[d] = c
             else:
                 self.owner[d] = c
+        self._recount(devs, before)
 
     def _free(self, key: str) -> None:
         c = self._index[key]
         devs = self.allocated.pop(key)
         self._alloc_kind.pop(key, None)
         self._requests.pop(key, None)
+        before = self._availability(devs)
         for d in devs:
             if self.piped[d] == c:
                 self.piped[d] = -1
@@ -328,6 +357,7 @@ class DraState:
                     self.owner[d] = self.piped[d]
                     self.piped[d] = -1
                 self.releasing[d] = False
+        self._recount(devs, before)
 
     def _refresh(self, key: str) -> None:
         """A claim's devices are releasing when every pod holding them is being evicted."""
@@ -337,9 +367,11 @@ class DraState:
         holders = self.holders.get(key, {})
         releasing = bool(holders) and all(s is TaskStatus.RELEASING for s in holders.values())
         c = self._index[key]
+        before = self._availability(devs)
         for d in devs:
             if self.owner[d] == c:
                 self.releasing[d] = releasing
+        self._recount(devs, before)
 
     def join(self, task: TaskInfo, node: int, sign: int) -> tuple[float, float]:
         """Account the claims of ``task`` (status already set) as placed on (+1) or taken off (-1) ``node``.
@@ -380,6 +412,37 @@ class DraState:
                 else:
                     self._rows.pop(key, None)
         return d_idle, d_rel
+
+    def _availability(self, devs: tuple[int, ...]) -> list[tuple[bool, bool]] | None:
+        """Per device: (free now, free for pipelining), when some device set is counted."""
+        if not self._sets or not devs:
+            return None
+        owner, piped, releasing = self.owner, self.piped, self.releasing
+        return [(bool(owner[d] < 0), bool(owner[d] < 0 or (releasing[d] and piped[d] < 0))) for d in devs]
+
+    def _recount(self, devs: tuple[int, ...], before: list[tuple[bool, bool]] | None) -> None:
+        """Bring the counted device sets up to date for ``devs`` (``before``: their availability before the
+        change, None when no set was counted then)."""
+        if before is None:
+            return
+        after = self._availability(devs)
+        assert after is not None
+        homes = self.devices.node_of
+        for i, d in enumerate(devs):
+            was, now = before[i], after[i]
+            if was == now or homes[d] < 0:
+                continue
+            home = int(homes[d])
+            for counted in self._sets.values():
+                if counted.member[d]:
+                    counted.idle[home] += int(now[0]) - int(was[0])
+                    counted.pipe[home] += int(now[1]) - int(was[1])
+
+    def _set(self, devs: IntArray) -> _DeviceSet:
+        counted = self._sets.get(id(devs))
+        if counted is None or counted.devs is not devs:
+            counted = self._sets[id(devs)] = _DeviceSet(devs, self, self.nodes)
+        return counted
 
     def _row(self, info: ClaimInfo, node: int) -> tuple[float, float]:
         """What the claim takes from ``node``'s GPU row beyond its owner's request, as (idle, releasing)."""
@@ -438,9 +501,9 @@ class DraState:
         free = self.available(pipelined=pipelined)
         evicted = task.status is TaskStatus.RELEASING
         for info in task.claims:
-            ok = self.claim_fits(info, task.uid, n, free)
+            ok = self.claim_fits(info, task.uid, n, free, pipelined=pipelined)
             if evicted and renewable(info) and self.is_allocated(info):
-                ok = ok | self.claim_fits(info, task.uid, n, free, fresh=True)
+                ok = ok | self.claim_fits(info, task.uid, n, free, fresh=True, pipelined=pipelined)
             mask &= ok
         return mask if at is None else mask[at]
 
@@ -459,8 +522,10 @@ class DraState:
             out.append(info)
         return tuple(out)
 
-    def claim_fits(self, info: ClaimInfo, uid: str, n: int, free: BoolArray, fresh: bool = False) -> BoolArray:
-        """Nodes where the claim can be satisfied now (``fresh``: a new claim of the same spec)."""
+    def claim_fits(self, info: ClaimInfo, uid: str, n: int, free: BoolArray, fresh: bool = False, *,
+                   pipelined: bool) -> BoolArray:
+        """Nodes where the claim can be satisfied now on the devices ``free`` (those free for a pipelined
+        placement when ``pipelined``; ``fresh``: a new claim of the same spec)."""
         if info.error:
             return np.zeros(n, dtype=np.bool_)
         if not fresh and self.consumers_full(info, uid):
@@ -469,31 +534,27 @@ class DraState:
             return self.pinned_nodes(info, n)
         mask = np.ones(n, dtype=np.bool_)
         for req in info.requests:
-            mask &= self._request_fits(req, n, free)
+            mask &= self._request_fits(req, n, free, pipelined)
         if (len(info.requests) > 1 or info.match_attributes) and mask.any():
             # requests that may draw on the same devices, or a constraint: the exact allocation, node by node
             for j in np.flatnonzero(mask).tolist():
                 mask[j] = self._allocate_on(info, j, free) is not None
         return mask
 
-    def _request_fits(self, req: ClaimRequest, n: int, free: BoolArray) -> BoolArray:
+    def _request_fits(self, req: ClaimRequest, n: int, free: BoolArray, pipelined: bool) -> BoolArray:
         ok = np.zeros(n, dtype=np.bool_)
         devices = self.devices
         for choice in req.choices:
             if len(choice.devices) == 0:
                 continue
-            homes = devices.node_of[choice.devices]
-            local = homes >= 0
-            avail = free[choice.devices]
-            have = np.bincount(homes[local & avail], minlength=n)
-            total = np.bincount(homes[local], minlength=n) if choice.count < 0 else None
-            for d in choice.devices[~local].tolist():  # devices of multi-node slices
+            counted = self._set(choice.devices)
+            have = counted.pipe if pipelined else counted.idle
+            total = counted.total
+            for d in counted.remote.tolist():  # devices of multi-node slices
                 reach = devices.reach[d]
                 have = have + (reach & bool(free[d]))
-                if total is not None:
-                    total = total + reach
+                total = total + reach
             if choice.count < 0:
-                assert total is not None
                 ok |= (total > 0) & (have == total)
             else:
                 ok |= have >= choice.count
@@ -540,12 +601,12 @@ class DraState:
         return out
 
     def _on_node(self, devs: IntArray, node: int) -> IntArray:
-        """Those of ``devs`` that ``node`` reaches, in order."""
-        homes = self.devices.node_of[devs]
-        mask = homes == node
-        for i in np.flatnonzero(homes < 0).tolist():
-            mask[i] = bool(self.devices.reach[int(devs[i])][node])
-        here: IntArray = devs[mask]
+        """Those of ``devs`` that ``node`` reaches, in order (node-local ones first)."""
+        counted = self._set(devs)
+        here: IntArray = counted.by_node[counted.starts[node]:counted.starts[node + 1]]
+        if len(counted.remote):
+            reach = [d for d in counted.remote.tolist() if self.devices.reach[d][node]]
+            here = np.concatenate([here, np.array(reach, dtype=np.int64)])
         return here
 
     def _constrained(self, info: ClaimInfo, request: str, cands: list[int], chosen: list[tuple[str, int]]

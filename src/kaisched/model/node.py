@@ -448,7 +448,7 @@ class NodeTable:
             n = len(self.names)
             free = self.dra.available(pipelined=True)
             for info in task.claims:
-                ok = self.dra.claim_fits(info, task.uid, n, free)
+                ok = self.dra.claim_fits(info, task.uid, n, free, pipelined=True)
                 bits |= (~(ok if at is None else ok[at])).astype(np.int64) << shift
                 shift += 1
         return bits
