@@ -52,6 +52,8 @@ build() {
     log "compiling the core with mypyc into $OUT (about 2 minutes)"
     rm -rf "$OUT"
     mkdir -p "$OUT"
+    local print
+    print="$(fingerprint)"  # (of the sources as copied: an edit during the build makes the next build run)
     cp -r src/kaisched "$OUT/kaisched"
     find "$OUT" -name __pycache__ -prune -exec rm -rf {} +
     local files=()
@@ -71,7 +73,7 @@ build() {
         die "mypyc failed (the log's tail above)"
     fi
     rm -rf "$OUT/build"
-    fingerprint >"$OUT/.fingerprint"
+    printf '%s\n' "$print" >"$OUT/.fingerprint"
     log "built: ${#files[@]} modules compiled"
     echo "$OUT"
 }
