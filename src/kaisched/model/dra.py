@@ -22,7 +22,7 @@ is left to the resourceclaim controller to deallocate: its devices are free here
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -193,10 +193,6 @@ class ClaimInfo:
     def asks_gpus(self) -> bool:
         return any(choice.gpu for req in self.requests for choice in req.choices)
 
-    def consumers_besides(self, uids: Iterable[str]) -> int:
-        """Reservations of the claim held by pods other than ``uids``."""
-        mine = set(uids)
-        return sum(1 for c in self.reserved if c.uid not in mine)
 
 
 def renewable(info: ClaimInfo) -> bool:
@@ -639,9 +635,6 @@ class DraState:
 
     def describe(self, info: ClaimInfo, node_names: Sequence[str]) -> str:
         return describe_claim(self, info, node_names)
-
-
-EMPTY_DEVICES_HINT = "no ResourceSlice publishes a matching device"
 
 
 def describe_request(req: DeviceRequest) -> str:
