@@ -20,7 +20,8 @@ from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s.objects import ClaimConsumer, ParsedObjects, ResourceClaim
 from kaisched.k8s.parse import parse_objects
-from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION, template_claim_name
+from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION
+from kaisched.model.dra_snapshot import template_claim_name
 
 from .builders import NOW
 from .workload_helpers import FIXTURES, fixture

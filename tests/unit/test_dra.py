@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kaisched
-from kaisched.model.dra import template_claim_name
+from kaisched.model.dra_snapshot import template_claim_name
 
 GPU_CLASS = "gpu.nvidia.com"
 NOW = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
@@ -306,7 +306,7 @@ def test_counted_device_sets_follow_every_allocation_and_rollback() -> None:
     import numpy as np
 
     from kaisched.framework.statement import Statement
-    from kaisched.model.dra import _DeviceSet
+    from kaisched.model.dra_state import _DeviceSet
     from tests.unit.builders import open_session
 
     held = [claim(f"h{i}", allocated=[f"node-a/gpu-{i}"], reserved=[f"h{i}"]) for i in range(2)]

@@ -36,7 +36,8 @@ from kaisched.framework.result import (
 )
 from kaisched.framework.scenario import Scenario
 from kaisched.k8s.objects import TopologyConstraint
-from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION, created_template
+from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION
+from kaisched.model.dra_snapshot import created_template
 from kaisched.model.gpu_sharing import GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.resources import GPU

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import Node, Taint
-from kaisched.model.dra import DraState
+from kaisched.model.dra_state import DraState
 from kaisched.model.gpu import GpuKind, mig_gpus
 from kaisched.model.gpu_sharing import GpuChoice, GpuOrderFn, SharedGpus
 from kaisched.model.resources import EPSILON, GPU, PODS, ResourceIndex, Vector

@@ -29,7 +29,7 @@ from kaisched.k8s.objects import (
     Topology,
     TopologyConstraint,
 )
-from kaisched.model.dra import CLAIM_INVALID, CLAIM_QUEUE, DraSnapshot, PodClaims
+from kaisched.model.dra_snapshot import CLAIM_INVALID, CLAIM_QUEUE, DraSnapshot, PodClaims
 from kaisched.model.gpu import (
     NO_GPU,
     GpuKind,
