@@ -343,3 +343,35 @@ def test_counted_device_sets_follow_every_allocation_and_rollback() -> None:
     stmt.discard()
     check()
     assert dra.allocated.keys() == {"ml/h0", "ml/h1"}
+
+
+def test_devices_of_multi_node_slices_and_claims_of_several_requests() -> None:
+    # a network-attached device every node reaches, and one that only zone-a nodes reach
+    shared = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "fabric"},
+              "spec": {"driver": "nic.example.com", "allNodes": True,
+                       "pool": {"name": "fabric", "generation": 1, "resourceSliceCount": 1},
+                       "devices": [{"name": "nic-0"}]}}
+    zonal = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "zone-a"},
+             "spec": {"driver": "nic.example.com", "pool": {"name": "zone-a", "generation": 1,
+                                                            "resourceSliceCount": 1},
+                      "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                          {"key": "zone", "operator": "In", "values": ["a"]}]}]},
+                      "devices": [{"name": "nic-1"}]}}
+    two = claim("gpu-and-nic", count=1)
+    two["spec"]["devices"]["requests"].append(
+        {"name": "nic", "exactly": {"deviceClassName": "nic.example.com", "count": 2}})
+    result = run(node("node-a", labels={"zone": "b"}), node("node-b", labels={"zone": "a"}), gpu_class(),
+                 gpu_class("nic.example.com"), slice_("node-a", 1), slice_("node-b", 1), shared, zonal,
+                 queue("team-a"), two, pod("p0", claims={"c": "gpu-and-nic"}))
+    assert binds(result) == {"ml/p0": "node-b"}  # (both NICs are reachable from zone a only)
+    [alloc] = result["claims"]
+    assert sorted((d["request"], d["device"]) for d in alloc["devices"]) == [
+        ("gpu", "gpu-0"), ("nic", "nic-0"), ("nic", "nic-1")]
+    assert alloc["node"] == "node-b"
+    # the devices are taken: a second claim asking one NIC finds none
+    result = run(node("node-a", labels={"zone": "b"}), node("node-b", labels={"zone": "a"}), gpu_class(),
+                 gpu_class("nic.example.com"), shared, zonal, queue("team-a"),
+                 claim("nics", allocated=None, device_class="nic.example.com", count=2),
+                 claim("one-nic", device_class="nic.example.com"),
+                 pod("p0", claims={"c": "nics"}), pod("p1", claims={"c": "one-nic"}, minute=1))
+    assert list(binds(result)) == ["ml/p0"]

@@ -36,8 +36,7 @@ from kaisched.framework.result import (
 )
 from kaisched.framework.scenario import Scenario
 from kaisched.k8s.objects import TopologyConstraint
-from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION
-from kaisched.model.dra_snapshot import created_template
+from kaisched.model.dra import ClaimInfo
 from kaisched.model.gpu_sharing import GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
 from kaisched.model.resources import GPU
@@ -369,7 +368,7 @@ class Session:
         assert dra is not None and snapshot is not None
         names = self.nodes.names
         pods: dict[str, list[str]] = {}
-        infos = {}
+        infos: dict[str, ClaimInfo] = {}
         for t in self.binds:
             if t.status is TaskStatus.BINDING:
                 for info in t.claims:
@@ -381,13 +380,11 @@ class Session:
             results = dra.results(info)
             homes = sorted({names[int(dra.devices.node_of[d])] for d in dra.allocated.get(key, ())
                             if dra.devices.node_of[d] >= 0})
-            created = snapshot.created.get(key)
+            made = key in snapshot.created  # (made from its template by this snapshot: to be created)
             out.append(ClaimAllocation(
                 claim=key, node=homes[0] if len(homes) == 1 else "",
-                devices=tuple(DeviceResult(*r) for r in results), pods=tuple(users),
-                new=dra.is_new(key),
-                template=created_template(created) if created is not None else "",
-                pod_claim=created.meta.annotations.get(POD_CLAIM_NAME_ANNOTATION, "") if created is not None else ""))
+                devices=tuple(DeviceResult(*r) for r in results), pods=tuple(users), new=dra.is_new(key),
+                template=info.template if made else "", pod_claim=info.pod_claim if made else ""))
         return out
 
     def _node_gpus(self) -> list[NodeGpuStatus]:

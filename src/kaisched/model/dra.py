@@ -52,7 +52,6 @@ _TermMatcher = Callable[[NodeSelectorTerm, "NodeInfo"], bool]
 MAX_CONSUMERS = 256
 #: set on a claim made from a template: the pod's claim it was made for (as the resourceclaim controller does)
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
-TEMPLATE_ANNOTATION = "kaisched/resource-claim-template"  # (kept on claims the snapshot makes: the result names it)
 GPU_MARK = "gpu"  # a driver / device class whose name contains this is a GPU one (KAI's rule, spec 7.7)
 
 
@@ -168,8 +167,9 @@ class ClaimInfo:
     # status.allocation still stands: a pod holds it, or reservedFor names a pod that is not known to be gone
     # or pending (otherwise the resourceclaim controller deallocates it: its devices are free here)
     live: bool = False
-    # how its pods name it, for fit errors shared by pods alike: "claim gpus (ResourceClaimTemplate ml/two-gpus)"
-    origin: str = ""
+    # made from a template: the template's name and the pod's claim it is for ("" otherwise)
+    template: str = ""
+    pod_claim: str = ""
     reserved: tuple[ClaimConsumer, ...] = ()
     match_attributes: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
 
@@ -181,6 +181,14 @@ class ClaimInfo:
     @property
     def name(self) -> str:
         return self.claim.meta.name
+
+    @property
+    def origin(self) -> str:
+        """How its pods name it, for fit errors shared by pods alike: ``claim gpus (ResourceClaimTemplate
+        ml/two-gpus)`` ("" for a claim named by its pods)."""
+        if not self.template:
+            return ""
+        return f"claim {self.pod_claim} (ResourceClaimTemplate {self.claim.meta.namespace}/{self.template})"
 
     @property
     def asks_gpus(self) -> bool:

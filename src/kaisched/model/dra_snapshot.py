@@ -19,7 +19,6 @@ from kaisched.k8s.objects import (
 )
 from kaisched.model.dra import (
     POD_CLAIM_NAME_ANNOTATION,
-    TEMPLATE_ANNOTATION,
     ClaimInfo,
     DraDevices,
     resolve_claim,
@@ -105,7 +104,7 @@ class DraSnapshot:
                                      reason=CLAIM_MISSING)
                 info = self.infos[key] = resolve_claim(claim, self.devices, self.classes, templated)
                 if templated:
-                    info.origin = f"claim {pc.name} (ResourceClaimTemplate {ns}/{pc.resource_claim_template_name})"
+                    info.template, info.pod_claim = pc.resource_claim_template_name, pc.name
             if uid not in info.users:
                 info.users.append(uid)
             found.append(info)
@@ -127,8 +126,7 @@ class DraSnapshot:
         labels = dict(template.claim_labels)
         claim = ResourceClaim(
             meta=ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=labels,
-                            annotations={**template.claim_annotations, POD_CLAIM_NAME_ANNOTATION: pod_claim,
-                                         TEMPLATE_ANNOTATION: template_name},
+                            annotations={**template.claim_annotations, POD_CLAIM_NAME_ANNOTATION: pod_claim},
                             creation_timestamp=pod.meta.creation_timestamp,
                             owner_references=(OwnerReference("v1", "Pod", pod.meta.name, pod.meta.uid, True),)),
             spec=template.spec)
@@ -153,8 +151,3 @@ class DraSnapshot:
                 info = self.infos[key] = resolve_claim(claim, self.devices, self.classes, False)
                 info.live = any(alive(c.uid) for c in info.reserved)
         return DraState(self.devices, self.infos)
-
-
-def created_template(claim: ResourceClaim) -> str:
-    """The template a claim made in this snapshot came from (its pod's claim names it)."""
-    return claim.meta.annotations.get(TEMPLATE_ANNOTATION, "")

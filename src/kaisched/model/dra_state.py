@@ -254,12 +254,11 @@ class DraState:
         """Nodes (of ``at``, when given) where every claim of the task can be satisfied now. A pod being evicted
         may go back to its devices, or, recreated elsewhere, get new claims from its templates."""
         mask = np.ones(n, dtype=np.bool_)
-        free = self.available(pipelined=pipelined)
         evicted = task.status is TaskStatus.RELEASING
         for info in task.claims:
-            ok = self.claim_fits(info, task.uid, n, free, pipelined=pipelined)
+            ok = self.claim_fits(info, task.uid, n, pipelined=pipelined)
             if evicted and renewable(info) and self.is_allocated(info):
-                ok = ok | self.claim_fits(info, task.uid, n, free, fresh=True, pipelined=pipelined)
+                ok = ok | self.claim_fits(info, task.uid, n, pipelined=pipelined, fresh=True)
             mask &= ok
         return mask if at is None else mask[at]
 
@@ -272,16 +271,17 @@ class DraState:
                 key = f"{info.key}#{len(self._index)}"
                 info = ClaimInfo(key=key, claim=info.claim, requests=info.requests, error="", gpus=info.gpus,
                                  from_template=True, allocation=None, users=[task.uid],
-                                 match_attributes=info.match_attributes, origin=info.origin)
+                                 match_attributes=info.match_attributes, template=info.template,
+                                 pod_claim=info.pod_claim)
                 self._index[key] = len(self._index)
                 self.claims[key] = info
             out.append(info)
         return tuple(out)
 
-    def claim_fits(self, info: ClaimInfo, uid: str, n: int, free: BoolArray, fresh: bool = False, *,
-                   pipelined: bool) -> BoolArray:
-        """Nodes where the claim can be satisfied now on the devices ``free`` (those free for a pipelined
-        placement when ``pipelined``; ``fresh``: a new claim of the same spec)."""
+    def claim_fits(self, info: ClaimInfo, uid: str, n: int, *, pipelined: bool, fresh: bool = False) -> BoolArray:
+        """Nodes where the claim can be satisfied now (on devices free for a pipelined placement when
+        ``pipelined``; ``fresh``: a new claim of the same spec). The counted device sets answer; the devices
+        themselves are looked at only for multi-node devices and for claims of several requests."""
         if info.error:
             return np.zeros(n, dtype=np.bool_)
         if not fresh and self.consumers_full(info, uid):
@@ -290,14 +290,15 @@ class DraState:
             return self.pinned_nodes(info, n)
         mask = np.ones(n, dtype=np.bool_)
         for req in info.requests:
-            mask &= self._request_fits(req, n, free, pipelined)
+            mask &= self._request_fits(req, n, pipelined)
         if (len(info.requests) > 1 or info.match_attributes) and mask.any():
             # requests that may draw on the same devices, or a constraint: the exact allocation, node by node
+            free = self.available(pipelined=pipelined)
             for j in np.flatnonzero(mask).tolist():
                 mask[j] = self._allocate_on(info, j, free) is not None
         return mask
 
-    def _request_fits(self, req: ClaimRequest, n: int, free: BoolArray, pipelined: bool) -> BoolArray:
+    def _request_fits(self, req: ClaimRequest, n: int, pipelined: bool) -> BoolArray:
         ok = np.zeros(n, dtype=np.bool_)
         devices = self.devices
         for choice in req.choices:
@@ -306,7 +307,9 @@ class DraState:
             counted = self._set(choice.devices)
             have = counted.pipe if pipelined else counted.idle
             total = counted.total
+            free = self.available(pipelined=pipelined) if len(counted.remote) else None
             for d in counted.remote.tolist():  # devices of multi-node slices
+                assert free is not None
                 reach = devices.reach[d]
                 have = have + (reach & bool(free[d]))
                 total = total + reach

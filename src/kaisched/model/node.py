@@ -446,9 +446,8 @@ class NodeTable:
             shift += 1
         if task.claims and self.dra is not None:
             n = len(self.names)
-            free = self.dra.available(pipelined=True)
             for info in task.claims:
-                ok = self.dra.claim_fits(info, task.uid, n, free, pipelined=True)
+                ok = self.dra.claim_fits(info, task.uid, n, pipelined=True)
                 bits |= (~(ok if at is None else ok[at])).astype(np.int64) << shift
                 shift += 1
         return bits
