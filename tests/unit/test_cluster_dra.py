@@ -15,12 +15,12 @@ import pytest
 
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import prepare, run_prepared_cycle
-from kaisched.cluster.store import EmbeddedCluster, claim_gpus
+from kaisched.cluster.store import EmbeddedCluster
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s.objects import ClaimConsumer, ParsedObjects, ResourceClaim
 from kaisched.k8s.parse import parse_objects
-from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION
+from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION, spec_gpus
 from kaisched.model.dra_snapshot import template_claim_name
 
 from .builders import NOW
@@ -259,7 +259,7 @@ def test_a_claim_change_is_a_different_cycle_for_the_memo() -> None:
 
 def test_claim_gpus_counts_exact_gpu_requests() -> None:
     (t,) = parse_objects([template("two", 2)]).resource_claim_templates
-    assert claim_gpus(t.spec) == 2
+    assert spec_gpus(t.spec) == 2
 
 
 # ------------------------------------------------------------------------------------- workload controllers

@@ -33,7 +33,6 @@ from kaisched.k8s.objects import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
     ObjectMeta,
-    OwnerReference,
     ParsedObjects,
     Pod,
     PodGroup,
@@ -41,7 +40,8 @@ from kaisched.k8s.objects import (
     ResourceClaimSpec,
     ResourceClaimTemplate,
 )
-from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION, is_gpu_class
+from kaisched.model.dra import POD_CLAIM_NAME_ANNOTATION, spec_gpus
+from kaisched.model.dra_snapshot import claim_from_template
 from kaisched.model.gpu import gpu_group_labels, is_gpu_group_label
 
 DONE_PHASES = frozenset({"Succeeded", "Failed"})
@@ -82,30 +82,6 @@ def annotated_pod_group(pg: PodGroup, status: PodGroupStatus) -> PodGroup:
 
 
 # --------------------------------------------------------------------------------------------- claims
-def claim_gpus(spec: ResourceClaimSpec) -> float:
-    """The GPUs a claim asks for as the scheduler counts them: exact-count requests of GPU device classes (a
-    request's first alternative)."""
-    gpus = 0.0
-    for req in spec.requests:
-        sub = req.exactly if req.exactly is not None else (req.first_available[0] if req.first_available else None)
-        if sub is not None and sub.allocation_mode != "All" and is_gpu_class(sub.device_class_name):
-            gpus += sub.count
-    return gpus
-
-
-def claim_from_template(template: ResourceClaimTemplate, name: str, pod: Pod, pod_claim: str,
-                        now: datetime | None = None) -> ResourceClaim:
-    """The ResourceClaim the resourceclaim controller makes from ``template`` for ``pod``'s claim ``pod_claim``:
-    the template's spec, labels and annotations, owned by the pod, annotated with the pod's claim name."""
-    ns = pod.meta.namespace
-    return ResourceClaim(
-        meta=ObjectMeta(name=name, namespace=ns, uid=_key(ns, name), labels=dict(template.claim_labels),
-                        annotations={**template.claim_annotations, POD_CLAIM_NAME_ANNOTATION: pod_claim},
-                        creation_timestamp=now or pod.meta.creation_timestamp,
-                        owner_references=(OwnerReference("v1", "Pod", pod.meta.name, pod.meta.uid, True),)),
-        spec=template.spec)
-
-
 def _node_selector(node: str) -> tuple[NodeSelectorTerm, ...] | None:
     """``status.allocation.nodeSelector`` of devices on one node (the node by name), None for others."""
     if not node:
@@ -329,11 +305,11 @@ class EmbeddedCluster:
             if pc.resource_claim_template_name:
                 template = self.templates.get(_key(ns, pc.resource_claim_template_name))
                 if template is not None:
-                    gpus += claim_gpus(template.spec)
+                    gpus += spec_gpus(template.spec)
             else:
                 claim = self.claims.get(_key(ns, pc.resource_claim_name))
                 if claim is not None and not self._shared(pod, pc.resource_claim_name):
-                    gpus += claim_gpus(claim.spec)
+                    gpus += spec_gpus(claim.spec)
         return gpus
 
     def _shared(self, pod: Pod, name: str) -> bool:

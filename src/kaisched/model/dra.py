@@ -37,6 +37,7 @@ from kaisched.k8s.objects import (
     DeviceSubRequest,
     NodeSelectorTerm,
     ResourceClaim,
+    ResourceClaimSpec,
     ResourceSlice,
 )
 from kaisched.model.dra_cel import CelError, DeviceView, compile_selector
@@ -201,13 +202,23 @@ def renewable(info: ClaimInfo) -> bool:
     return info.from_template and not info.shared
 
 
+def spec_gpus(spec: ResourceClaimSpec) -> float:
+    """The GPUs a claim counts for its queue, as whole GPUs (spec 7.1): its exact-count requests of GPU device
+    classes (of a request with alternatives, the first)."""
+    gpus = 0.0
+    for req in spec.requests:
+        sub = req.exactly if req.exactly is not None else (req.first_available[0] if req.first_available else None)
+        if sub is not None and sub.allocation_mode != "All" and is_gpu_class(sub.device_class_name):
+            gpus += sub.count
+    return gpus
+
+
 def resolve_claim(claim: ResourceClaim, devices: DraDevices, classes: Mapping[str, DeviceClass],
                   from_template: bool) -> ClaimInfo:
     """A claim's requests matched against the devices (once per claim per snapshot)."""
     key = f"{claim.meta.namespace}/{claim.meta.name}"
     error = ""
     requests: list[ClaimRequest] = []
-    gpus = 0.0
     for req in claim.spec.requests:
         subs: list[tuple[str, DeviceSubRequest]] = []
         if req.exactly is not None:
@@ -221,8 +232,6 @@ def resolve_claim(claim: ResourceClaim, devices: DraDevices, classes: Mapping[st
             choices.append(RequestChoice(name, sub.device_class_name, matched,
                                          -1 if sub.allocation_mode == "All" else sub.count,
                                          is_gpu_class(sub.device_class_name)))
-        if choices and choices[0].gpu and choices[0].count > 0:
-            gpus += choices[0].count
         requests.append(ClaimRequest(req.name, choices))
     allocation: tuple[int, ...] | None = None
     if claim.allocation is not None:
@@ -231,8 +240,9 @@ def resolve_claim(claim: ResourceClaim, devices: DraDevices, classes: Mapping[st
         if len(allocation) < len(found) and not error:
             error = "it is allocated to devices no ResourceSlice publishes any more"
     matches = [(c.requests, c.match_attribute) for c in claim.spec.constraints if c.match_attribute]
-    return ClaimInfo(key=key, claim=claim, requests=requests, error=error, gpus=gpus, from_template=from_template,
-                     allocation=allocation, reserved=claim.reserved_for, match_attributes=matches)
+    return ClaimInfo(key=key, claim=claim, requests=requests, error=error, gpus=spec_gpus(claim.spec),
+                     from_template=from_template, allocation=allocation, reserved=claim.reserved_for,
+                     match_attributes=matches)
 
 
 def _matching(sub: DeviceSubRequest, devices: DraDevices, classes: Mapping[str, DeviceClass]

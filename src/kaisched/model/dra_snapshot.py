@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kaisched.k8s.objects import (
@@ -41,6 +42,19 @@ def template_claim_name(pod_name: str, pod_uid: str, pod_claim: str) -> str:
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # (the alphabet of Kubernetes' generated names)
 _MAX_PREFIX = 28
+
+
+def claim_from_template(template: ResourceClaimTemplate, name: str, pod: Pod, pod_claim: str,
+                        now: datetime | None = None) -> ResourceClaim:
+    """The ResourceClaim the resourceclaim controller makes from ``template`` for ``pod``'s claim ``pod_claim``:
+    the template's spec, labels and annotations, owned by the pod, annotated with the pod's claim name."""
+    ns = pod.meta.namespace
+    return ResourceClaim(
+        meta=ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=dict(template.claim_labels),
+                        annotations={**template.claim_annotations, POD_CLAIM_NAME_ANNOTATION: pod_claim},
+                        creation_timestamp=now or pod.meta.creation_timestamp,
+                        owner_references=(OwnerReference("v1", "Pod", pod.meta.name, pod.meta.uid, True),)),
+        spec=template.spec)
 
 
 @dataclass(slots=True)
@@ -122,15 +136,8 @@ class DraSnapshot:
         if not self.make_template_claims:
             return None, (f"waiting for the resourceclaim controller to make the claim of {where} from "
                           f"ResourceClaimTemplate {ns}/{template_name}")
-        name = template_claim_name(pod.meta.name, uid, pod_claim)
-        labels = dict(template.claim_labels)
-        claim = ResourceClaim(
-            meta=ObjectMeta(name=name, namespace=ns, uid=f"{ns}/{name}", labels=labels,
-                            annotations={**template.claim_annotations, POD_CLAIM_NAME_ANNOTATION: pod_claim},
-                            creation_timestamp=pod.meta.creation_timestamp,
-                            owner_references=(OwnerReference("v1", "Pod", pod.meta.name, pod.meta.uid, True),)),
-            spec=template.spec)
-        self.created[f"{ns}/{name}"] = claim
+        claim = claim_from_template(template, template_claim_name(pod.meta.name, uid, pod_claim), pod, pod_claim)
+        self.created[f"{ns}/{claim.meta.name}"] = claim
         return claim, ""
 
     def state(self, statuses: Mapping[str, TaskStatus]) -> DraState:
