@@ -18,12 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import httpx2
+import pytest
 import yaml
+
+from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, cache_dir
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -413,3 +417,99 @@ class KaischedProcess:
     def wait_cycle(self, number: int = 1, timeout: float = 30.0) -> JSON:
         return self.wait_for_log(lambda r: r.get("event") == "cycle" and int(r.get("cycle", 0)) >= number, timeout,
                                  f"cycle {number}")
+
+
+# ------------------------------------------------------------------------------- a test's cluster objects
+#: the schedule period and the wait of the contract tests that run ``kaisched run``
+PERIOD = "0.2"
+WAIT_S = 30.0
+
+
+def module_apiserver(setup: Callable[[Kube], object] = install_crds) -> Iterator[KubeApiServer]:
+    """The body of a module's own ``kube_apiserver`` fixture: a server of its own (the scheduler sees every
+    node, so objects left by other test files would change its decisions), ``setup`` run once on it (KAI's CRDs
+    by default). Skips, saying how to build it, when the binary is absent."""
+    if apiserver_binary() is None:
+        pytest.skip(f"kube-apiserver {KUBE_VERSION} is not built (expected at {cache_dir() / 'kube-apiserver'}); "
+                    "run `make kube-apiserver` to enable the contract tier")
+    server = KubeApiServer().start()
+    try:
+        with server.http_client() as client:
+            setup(Kube(client))
+        yield server
+    finally:
+        server.stop()
+
+
+class ContractCluster:
+    """One test's objects on its module's server, labelled ``label=<id>``, and the kaisched processes it starts;
+    :meth:`cleanup` stops them and removes the objects (subclasses add theirs in :meth:`delete_own`)."""
+
+    def __init__(self, server: KubeApiServer, kube: Kube, namespace: str, tmp_path: Path, label: str) -> None:
+        self.server = server
+        self.kube = kube
+        self.ns = namespace
+        self.tmp_path = tmp_path
+        self.id = uuid.uuid4().hex[:6]
+        self.label = label
+        self.labels = {label: self.id}
+        self.processes: list[KaischedProcess] = []
+        self.nodes: list[str] = []
+
+    def queues(self, parent_quota: float, leaves: dict[str, float]) -> dict[str, str]:
+        """A parent queue and leaves under it; returns the leaves' actual (unique) names by short name."""
+        parent = f"p-{self.id}"
+        self.kube.create(QUEUES, queue(parent, parent_quota, labels=self.labels))
+        names = {}
+        for short, quota in leaves.items():
+            names[short] = f"{short}-{self.id}"
+            self.kube.create(QUEUES, queue(names[short], quota, parent=parent, labels=self.labels))
+        return names
+
+    def kaisched(self, *args: str, name: str = "kaisched", env: dict[str, str] | None = None,
+                 listen: str = "off", kubeconfig: Path | None = None) -> KaischedProcess:
+        log = self.tmp_path / f"{name}-{len(self.processes)}.log"
+        proc = KaischedProcess(kubeconfig or self.server.kubeconfig_path, log,
+                               ["--schedule-period", PERIOD, "--listen-address", listen, *args], env=env, name=name)
+        self.processes.append(proc)
+        return proc.start()
+
+    def describe(self) -> str:
+        return "\n".join(p.describe() for p in self.processes)
+
+    def pods(self) -> dict[str, JSON]:
+        return self.kube.pods(self.ns)
+
+    def on_poll(self) -> None:
+        """Called at every poll of a wait (a subclass checks an invariant there)."""
+
+    def bound(self, names: list[str]) -> dict[str, str] | None:
+        """``{pod: node}`` once every pod in ``names`` has a node, else None."""
+        self.on_poll()
+        pods = self.pods()
+        placed = {n: node_of(pods.get(n)) for n in names}
+        return placed if all(placed.values()) else None
+
+    def wait_bound(self, names: list[str], timeout: float = WAIT_S) -> dict[str, str]:
+        def state() -> str:
+            pods = self.pods()
+            return f"unbound: {sorted(n for n in names if not node_of(pods.get(n)))}\n{self.describe()}"
+        return wait_until(lambda: self.bound(names), timeout, f"pods {names} bound", describe=state)
+
+    def events(self, reason: str, name: str | None = None) -> list[JSON]:
+        return [e for e in self.kube.events(self.ns, reason) if name is None or e["involvedObject"]["name"] == name]
+
+    def delete_own(self) -> None:
+        """Remove what a subclass made besides pods, PodGroups, nodes and queues (after the pods are gone)."""
+
+    def cleanup(self) -> None:
+        for proc in self.processes:
+            proc.kill()
+        for proc in self.processes:
+            print(f"---- {proc.name} ({proc.log_path}) exit {proc.exit_code}, last lines:\n{proc.tail(30)}")
+        kube = self.kube
+        kube.delete_collection(pods_path(self.ns), grace_seconds=0)
+        kube.delete_collection(pod_groups_path(self.ns))
+        self.delete_own()
+        kube.delete_collection("/api/v1/nodes", label_selector=f"{self.label}={self.id}")
+        kube.delete_collection(QUEUES, label_selector=f"{self.label}={self.id}")

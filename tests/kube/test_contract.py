@@ -21,7 +21,6 @@ import collections
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,61 +29,44 @@ import httpx2
 import pytest
 
 import kaisched
-from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, cache_dir, free_port
+from tests.kube.apiserver import KubeApiServer, free_port
 from tests.kube.contract_helpers import (
     GPU,
     JSON,
     QUEUES,
+    WAIT_S,
+    ContractCluster,
     KaischedProcess,
     Kube,
     create_node,
     gpus_of,
-    install_crds,
+    module_apiserver,
     node,
     node_of,
     pod,
     pod_group,
     pod_groups_path,
     pods_path,
-    queue,
     wait_until,
 )
 from tests.kube.fake_kubelet import FakeKubelet
 
 pytestmark = pytest.mark.kube
 
-PERIOD = "0.2"
-WAIT_S = 30.0
 TEST_LABEL = "kaisched.test/contract"
 
 
 @pytest.fixture(scope="module")
 def kube_apiserver() -> Iterator[KubeApiServer]:
     """This module's own API server, with KAI's CRDs installed (overrides the session fixture here)."""
-    if apiserver_binary() is None:
-        pytest.skip(f"kube-apiserver {KUBE_VERSION} is not built (expected at {cache_dir() / 'kube-apiserver'}); "
-                    "run `make kube-apiserver` to enable the contract tier")
-    server = KubeApiServer().start()
-    try:
-        with server.http_client() as client:
-            install_crds(Kube(client))
-        yield server
-    finally:
-        server.stop()
+    yield from module_apiserver()
 
 
-class Cluster:
+class Cluster(ContractCluster):
     """One test's objects on the module's server; :meth:`cleanup` removes them and stops its schedulers."""
 
     def __init__(self, server: KubeApiServer, kube: Kube, namespace: str, tmp_path: Path) -> None:
-        self.server = server
-        self.kube = kube
-        self.ns = namespace
-        self.tmp_path = tmp_path
-        self.id = uuid.uuid4().hex[:6]
-        self.labels = {TEST_LABEL: self.id}
-        self.processes: list[KaischedProcess] = []
-        self.nodes: list[str] = []
+        super().__init__(server, kube, namespace, tmp_path, TEST_LABEL)
 
     # ---- objects
     def add_nodes(self, count: int, gpus: int = 8) -> list[str]:
@@ -92,16 +74,6 @@ class Cluster:
         for name in names:
             create_node(self.kube, node(name, gpus, labels=self.labels))
         self.nodes.extend(names)
-        return names
-
-    def queues(self, parent_quota: float, leaves: dict[str, float]) -> dict[str, str]:
-        """A parent queue and leaves under it; returns the leaves' actual (unique) names by short name."""
-        parent = f"p-{self.id}"
-        self.kube.create(QUEUES, queue(parent, parent_quota, labels=self.labels))
-        names = {}
-        for short, quota in leaves.items():
-            names[short] = f"{short}-{self.id}"
-            self.kube.create(QUEUES, queue(names[short], quota, parent=parent, labels=self.labels))
         return names
 
     def pod(self, name: str, queue_name: str, gpus: int = 1, **kwargs: Any) -> JSON:
@@ -114,37 +86,7 @@ class Cluster:
             self.pod(p, queue_name, gpus, group=name)
         return pods
 
-    # ---- schedulers
-    def kaisched(self, *args: str, name: str = "kaisched", env: dict[str, str] | None = None,
-                 listen: str = "off") -> KaischedProcess:
-        log = self.tmp_path / f"{name}-{len(self.processes)}.log"
-        proc = KaischedProcess(self.server.kubeconfig_path, log,
-                               ["--schedule-period", PERIOD, "--listen-address", listen, *args], env=env, name=name)
-        self.processes.append(proc)
-        return proc.start()
-
-    def describe(self) -> str:
-        return "\n".join(p.describe() for p in self.processes)
-
     # ---- reads
-    def pods(self) -> dict[str, JSON]:
-        return self.kube.pods(self.ns)
-
-    def bound(self, names: list[str]) -> dict[str, str] | None:
-        """``{pod: node}`` once every pod in ``names`` has a node, else None."""
-        pods = self.pods()
-        placed = {n: node_of(pods.get(n)) for n in names}
-        return placed if all(placed.values()) else None
-
-    def wait_bound(self, names: list[str], timeout: float = WAIT_S) -> dict[str, str]:
-        def state() -> str:
-            pods = self.pods()
-            return (f"unbound: {sorted(n for n in names if not node_of(pods.get(n)))}\n{self.describe()}")
-        return wait_until(lambda: self.bound(names), timeout, f"pods {names} bound", describe=state)
-
-    def events(self, reason: str) -> list[JSON]:
-        return self.kube.events(self.ns, reason)
-
     def wait_scheduled(self, pods: set[str] | list[str]) -> collections.Counter[str]:
         """The ``Scheduled`` counts once every pod in ``pods`` has one (events are written after the bind)."""
         def seen() -> collections.Counter[str] | None:
@@ -159,17 +101,6 @@ class Cluster:
             if event["involvedObject"]["kind"] == "Pod" and event["source"].get("component") == "kai-scheduler":
                 counts[event["involvedObject"]["name"]] += int(event.get("count") or 1)
         return counts
-
-    def cleanup(self) -> None:
-        for proc in self.processes:
-            proc.kill()
-        for proc in self.processes:
-            print(f"---- {proc.name} ({proc.log_path}) exit {proc.exit_code}, last lines:\n{proc.tail(30)}")
-        kube = self.kube
-        kube.delete_collection(pods_path(self.ns), grace_seconds=0)
-        kube.delete_collection(pod_groups_path(self.ns))
-        kube.delete_collection("/api/v1/nodes", label_selector=f"{TEST_LABEL}={self.id}")
-        kube.delete_collection(QUEUES, label_selector=f"{TEST_LABEL}={self.id}")
 
 
 @pytest.fixture

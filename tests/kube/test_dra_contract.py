@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import secrets
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,32 +28,30 @@ import httpx2
 import pytest
 import yaml
 
-from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, cache_dir
+from tests.kube.apiserver import KubeApiServer
 from tests.kube.contract_helpers import (
     JSON,
     QUEUE_LABEL,
-    QUEUES,
     ROOT,
     SCHEDULER_NAME,
-    KaischedProcess,
+    WAIT_S,
+    ContractCluster,
     Kube,
     WaitTimeout,
     create_node,
     install_crds,
+    module_apiserver,
     node,
     node_of,
     pod_group,
     pod_groups_path,
     pods_path,
-    queue,
     wait_until,
 )
 from tests.kube.fake_kubelet import FakeKubelet
 
 pytestmark = pytest.mark.kube
 
-PERIOD = "0.2"
-WAIT_S = 30.0
 TEST_LABEL = "kaisched.test/dra-contract"
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"
@@ -64,23 +61,17 @@ MERGE = {"Content-Type": "application/merge-patch+json"}
 STRATEGIC = {"Content-Type": "application/strategic-merge-patch+json"}
 
 
+def _setup(kube: Kube) -> None:
+    install_crds(kube)
+    kube.create(f"{RESOURCE}/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+
+
 @pytest.fixture(scope="module")
 def kube_apiserver() -> Iterator[KubeApiServer]:
     """This module's own API server (the scheduler sees every node and claim), KAI's CRDs and the DeviceClass."""
-    if apiserver_binary() is None:
-        pytest.skip(f"kube-apiserver {KUBE_VERSION} is not built (expected at {cache_dir() / 'kube-apiserver'}); "
-                    "run `make kube-apiserver` to enable the contract tier")
-    server = KubeApiServer().start()
-    try:
-        with server.http_client() as client:
-            kube = Kube(client)
-            install_crds(kube)
-            kube.create(f"{RESOURCE}/deviceclasses", {
-                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
-        yield server
-    finally:
-        server.stop()
+    yield from module_apiserver(_setup)
 
 
 def claims_path(namespace: str) -> str:
@@ -101,18 +92,11 @@ def node_local(node_name: str) -> JSON:
                                                     "values": [node_name]}]}]}
 
 
-class DraCluster:
+class DraCluster(ContractCluster):
     """One test's nodes, slices, queues, claims and pods on the module's server; :meth:`cleanup` removes them."""
 
     def __init__(self, server: KubeApiServer, kube: Kube, namespace: str, tmp_path: Path) -> None:
-        self.server = server
-        self.kube = kube
-        self.ns = namespace
-        self.tmp_path = tmp_path
-        self.id = uuid.uuid4().hex[:6]
-        self.labels = {TEST_LABEL: self.id}
-        self.nodes: list[str] = []
-        self.processes: list[KaischedProcess] = []
+        super().__init__(server, kube, namespace, tmp_path, TEST_LABEL)
         self.seen_twice: list[tuple[str, str, str]] = []
 
     # ---- objects
@@ -130,15 +114,6 @@ class DraCluster:
                      "nodeName": name, "devices": devices}})
         self.nodes.append(name)
         return name
-
-    def queues(self, parent_quota: float, leaves: dict[str, float]) -> dict[str, str]:
-        parent = f"p-{self.id}"
-        self.kube.create(QUEUES, queue(parent, parent_quota, labels=self.labels))
-        names = {}
-        for short, quota in leaves.items():
-            names[short] = f"{short}-{self.id}"
-            self.kube.create(QUEUES, queue(names[short], quota, parent=parent, labels=self.labels))
-        return names
 
     def claim(self, name: str, queue_name: str, count: int = 1, labels: dict[str, str] | None = None) -> JSON:
         """A claim pods name directly (its GPUs need the queue label: shared only within the queue)."""
@@ -210,16 +185,8 @@ class DraCluster:
         held = collections.Counter(d for c in self.claims().values() for d in devices_of(c))
         self.seen_twice.extend(d for d, n in held.items() if n > 1)
 
-    def pods(self) -> dict[str, JSON]:
-        return self.kube.pods(self.ns)
-
-    def wait_bound(self, names: list[str], timeout: float = WAIT_S) -> dict[str, str]:
-        def placed() -> dict[str, str] | None:
-            self.check_no_device_twice()
-            pods = self.pods()
-            nodes = {n: node_of(pods.get(n)) for n in names}
-            return nodes if all(nodes.values()) else None
-        return wait_until(placed, timeout, f"pods {names} bound", describe=self.describe)
+    def on_poll(self) -> None:
+        self.check_no_device_twice()
 
     def stays_unbound(self, name: str, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -228,36 +195,14 @@ class DraCluster:
             assert not node_of(self.kube.pod(self.ns, name)), f"pod {name} was bound; {self.describe()}"
             time.sleep(0.2)
 
-    def events(self, reason: str, name: str | None = None) -> list[JSON]:
-        return [e for e in self.kube.events(self.ns, reason) if name is None or e["involvedObject"]["name"] == name]
-
-    # ---- schedulers
-    def kaisched(self, *args: str, kubeconfig: Path | None = None) -> KaischedProcess:
-        log = self.tmp_path / f"kaisched-{len(self.processes)}.log"
-        proc = KaischedProcess(kubeconfig or self.server.kubeconfig_path, log,
-                               ["--schedule-period", PERIOD, "--listen-address", "off", *args])
-        self.processes.append(proc)
-        return proc.start()
-
-    def describe(self) -> str:
-        return "\n".join(p.describe() for p in self.processes)
-
-    def cleanup(self) -> None:
-        for proc in self.processes:
-            proc.kill()
-        for proc in self.processes:
-            print(f"---- {proc.name} ({proc.log_path}) exit {proc.exit_code}, last lines:\n{proc.tail(30)}")
+    def delete_own(self) -> None:
         kube = self.kube
-        kube.delete_collection(pods_path(self.ns), grace_seconds=0)
-        kube.delete_collection(pod_groups_path(self.ns))
         for name, claim in self.claims().items():
             if claim["metadata"].get("finalizers"):
                 self._patch(f"{claims_path(self.ns)}/{name}", {"metadata": {"finalizers": None}}, MERGE)
         kube.delete_collection(claims_path(self.ns))
         kube.delete_collection(f"{RESOURCE}/namespaces/{self.ns}/resourceclaimtemplates")
         kube.delete_collection(f"{RESOURCE}/resourceslices", label_selector=f"{TEST_LABEL}={self.id}")
-        kube.delete_collection("/api/v1/nodes", label_selector=f"{TEST_LABEL}={self.id}")
-        kube.delete_collection(QUEUES, label_selector=f"{TEST_LABEL}={self.id}")
 
 
 @pytest.fixture
