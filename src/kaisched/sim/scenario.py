@@ -5,7 +5,7 @@ workload of a simulation.
 name: three-teams
 period: 30s                  # between scheduling cycles (a Go duration or seconds)
 until: 24h                   # optional: stop here (default: when every job has finished)
-seed: 7                      # for the generated workload and trace resampling
+seed: 7                      # for the generated workload, the queue tree and trace resampling
 config: {...}                # KAI-format scheduler configuration, or config_file: sched.yaml
 cluster:
   files: [cluster/]          # node / queue / priority class / topology manifests (files or folders)
@@ -14,6 +14,7 @@ cluster:
   - {name: a100, count: 32, gpus: 8, gpu_memory_mib: 81920, cpu: 128, memory: 1Ti, labels: {zone: a}}
   - {name: h100, count: 8, cpu: 192, memory: 2Ti,          # DRA GPUs: a ResourceSlice per node
      dra: {driver: gpu.nvidia.com, devices: 8, memory: 80Gi, attributes: {productName: NVIDIA H100}}}
+  queue_tree: {departments: 10, teams: 10, gpus: auto, weights: [1, 2, 3], shares: [0.5, 1.5]}  # compact Queues
 workload:
   arrivals:                  # explicit arrivals
   - {time: 0, duration: 2h, job: {name: llm, queue: team-a, pods: 4, gpus: 8}}
@@ -21,12 +22,41 @@ workload:
   generate:                  # seeded synthetic jobs, one entry per stream
   - {queue: team-a, jobs: 100, every: 10m, pods: [1, 1, 2, 4], gpus: [1, 0.5, 0.25], duration: [10m, 4h],
      priority_class: train}
+  - {name: running, at_start: true, fill: 0.5, queues: leaves, pods: 1, gpus: 2, duration: [24h, 168h]}
+  - name: job                # a mix: 70 % of the pods in single-pod jobs, 30 % in gangs of 4-64 pods
+    jobs: 2000
+    every: 5m
+    queues: leaves           # each job's queue drawn from: [a, b, ...], leaves, or {leaves: dept-3}
+    duration: [30m, 12h]
+    mix_by: pods             # the weights are shares of the pods (default: jobs, shares of the jobs)
+    mix:
+    - {weight: 70, pods: 1, gpus: [0.25, 0.5, 1, 2, 4, 8]}
+    - {weight: 30, pods: {min: 4, max: 64}, gpus: [1, 8]}
   trace: {format: openb, path: ..., queue: team-a}   # or {format: csv, path, preset|mapping, ...}
 ```
 
 Compact jobs: ``pods`` (default 1), ``gpus`` per pod (a fraction below 1 is ``gpu-fraction``), ``cpu``,
 ``memory``, ``queue``, ``priority_class`` (default ``train``), ``min_member`` (default all pods),
 ``namespace`` (default ``default``). Times and durations are Go durations (``90s``, ``1h30m``) or seconds.
+
+A ``queue_tree`` (:func:`queue_tree`) adds ``departments`` top-level Queues ``dept-<d>``, each with ``teams`` leaf
+Queues ``dept-<d>-team-<t>``: their GPU quotas split ``gpus`` (``auto``, the default: the GPUs of the cluster's
+nodes; or a number) in proportion to shares drawn from ``U(shares)`` (the departments' of the total, the teams' of
+their department; by largest remainder, so they sum exactly), over-quota weights drawn from ``weights``, limits -1,
+CPU and memory unlimited; drawn with ``seed`` (default the scenario's, so ``--seed`` draws another tree too).
+
+``generate`` streams (:func:`_generated`): ``jobs`` jobs (default 1), or ``fill: 0.5``: as many as ask half the
+cluster's GPUs together; arriving from ``start`` with exponential gaps of mean ``every`` (default 10m), or all at
+time 0 with ``at_start: true`` (work already running when the simulation starts: its ``duration`` is what is left
+of it; no ``every`` nor ``start`` then). Per job: ``queue``, or ``queues`` to draw it from (a list of leaf queues,
+``leaves``: every leaf queue of the cluster, ``{leaves: dept-3}`` or ``{leaves: [dept-3, dept-4]}``: the leaves
+below those queues; ``{tree: ...}`` is the same); ``pods`` a number, a list to draw from or a range ``{min: 4,
+max: 64}`` (uniform integers); ``gpus`` (or ``gpu_claim``), ``priority_class`` a value or a list to draw from;
+``cpu``, ``memory`` per pod; ``duration`` a value or ``[min, max]`` (also ``{min, max}``). A ``mix`` is a list of
+kinds of job, each with a ``weight`` (default 1) and any of those per-job fields, which override the stream's
+for that kind; each job draws its kind by weight, the weights being shares of the jobs, or of the pods with
+``mix_by: pods`` (a kind's chance per job is then its weight over its mean pods per job). Same seed, same
+arrivals.
 
 DRA (resource.k8s.io/v1): a pool's ``dra`` block (``driver``, required, its name contains ``gpu``; ``devices``
 per node; ``device_class``, default the driver's name; ``attributes``: name -> string, integer, true/false or
@@ -41,12 +71,15 @@ allocated when it is bound and released when it finishes or is evicted (:mod:`ka
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -374,51 +407,456 @@ def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses) -> list
     return out
 
 
-def _choice(rng: random.Random, value: object, field: str) -> Any:
-    if isinstance(value, list):
-        if not value:
-            raise ScenarioError(f"{field}: an empty list")
-        return rng.choice(value)
+# ----------------------------------------------------------------------------------------- queue tree
+QUEUE_TREE_FIELDS = ("departments", "teams", "gpus", "weights", "shares", "seed")
+
+
+def _positive_int(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScenarioError(f"{field}: expected a positive integer, got {value!r}")
     return value
 
 
-def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses) -> list[Arrival]:
-    """Seeded synthetic jobs: per stream, ``jobs`` arrivals ``every`` (exponential gaps with that mean),
-    sizes drawn from the lists given, durations uniform in ``[min, max]`` (log-uniform when max > 10 x min)."""
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _bounds(value: object, field: str, example: str) -> tuple[Any, Any]:
+    """A ``[min, max]`` pair or a ``{min: .., max: ..}`` mapping (checked for min <= max by the caller)."""
+    if isinstance(value, list) and len(value) == 2:
+        return value[0], value[1]
+    if isinstance(value, Mapping):
+        _unknown(value, ("min", "max"), field)
+        if "min" not in value or "max" not in value:
+            raise ScenarioError(f"{field}: a range needs both min and max, like {example}")
+        return value["min"], value["max"]
+    raise ScenarioError(f"{field}: expected a range like {example}, got {value!r}")
+
+
+def cluster_gpus(objects: Sequence[Obj]) -> int:
+    """The GPUs of the cluster's nodes: every Node's allocatable ``nvidia.com/gpu`` and the devices of the
+    ResourceSlices of GPU drivers (DRA)."""
+    total = 0.0
+    for o in objects:
+        kind = o.get("kind")
+        if kind == "Node":
+            status = o.get("status")
+            allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+            if isinstance(allocatable, Mapping):
+                with contextlib.suppress(QuantityError, ValueError, TypeError):  # (the simulator reports it)
+                    total += parse_quantity(allocatable.get(C.GPU_RESOURCE, 0))
+        elif kind == C.RESOURCE_SLICE_KIND:
+            spec = o.get("spec")
+            if isinstance(spec, Mapping) and is_gpu_driver(str(spec.get("driver") or "")):
+                devices = spec.get("devices")
+                total += len(devices) if isinstance(devices, list) else 0
+    return int(total)
+
+
+def split_quota(total: int, shares: Sequence[float]) -> list[int]:
+    """``total`` split in proportion to ``shares`` into integers that sum to it (largest remainder; ties to
+    the first)."""
+    whole = sum(shares)
+    exact = [total * s / whole for s in shares]
+    parts = [int(x) for x in exact]
+    order = sorted(range(len(shares)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def queue_manifest(name: str, parent: str | None, gpu_quota: float, weight: float = 1) -> Obj:
+    """A Queue (scheduling.run.ai/v2) with a GPU quota and over-quota weight, no limits, CPU and memory
+    unlimited."""
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: Obj = {"resources": {"gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": weight},
+                               "cpu": dict(unlimited), "memory": dict(unlimited)}}
+    if parent is not None:
+        spec["parentQueue"] = parent
+    return {"apiVersion": C.QUEUE_API_VERSION, "kind": C.QUEUE_KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def queue_tree(raw: object, objects: Sequence[Obj], seed: int, field: str = "cluster.queue_tree") -> list[Obj]:
+    """The Queues of a compact ``queue_tree``: ``departments`` top-level queues ``dept-<d>``, each with ``teams``
+    leaf queues ``dept-<d>-team-<t>``; the GPU quotas split ``gpus`` (``auto``: the cluster's, from
+    :func:`cluster_gpus`) by shares drawn from ``U(shares)`` (the departments' of the cluster, the teams' of
+    their department; largest remainder), over-quota weights drawn from ``weights``; seeded by ``seed`` (default
+    the scenario's)."""
+    tree = _mapping(raw, field)
+    _unknown(tree, QUEUE_TREE_FIELDS, field)
+    departments = _positive_int(tree.get("departments", 10), f"{field}.departments")
+    teams = _positive_int(tree.get("teams", 10), f"{field}.teams")
+    gpus = tree.get("gpus", "auto")
+    if gpus == "auto":
+        gpus = cluster_gpus(objects)
+        if gpus < 1:
+            raise ScenarioError(f"{field}.gpus: auto found no GPUs in the cluster (give the pools gpus, or a "
+                                "number of GPUs to split)")
+    elif isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise ScenarioError(f"{field}.gpus: expected auto (the cluster's GPUs) or a non-negative integer, "
+                            f"got {gpus!r}")
+    weights = tree.get("weights", [1, 2, 3])
+    weights = weights if isinstance(weights, list) else [weights]
+    if not weights or not all(_is_number(w) and w >= 0 for w in weights):
+        raise ScenarioError(f"{field}.weights: expected a non-empty list of over-quota weights >= 0 to draw "
+                            f"from, like [1, 2, 3], got {tree.get('weights')!r}")
+    shares = tree.get("shares", [0.5, 1.5])
+    low, high = (shares, shares) if _is_number(shares) else _bounds(shares, f"{field}.shares", "[0.5, 1.5]")
+    if not (_is_number(low) and _is_number(high) and 0 < low <= high):
+        raise ScenarioError(f"{field}.shares: expected [min, max] with 0 < min <= max (shares are drawn "
+                            f"uniformly between them), got {shares!r}")
+    tree_seed = tree.get("seed", seed)
+    if isinstance(tree_seed, bool) or not isinstance(tree_seed, int):
+        raise ScenarioError(f"{field}.seed: expected an integer, got {tree_seed!r}")
+    rng = random.Random(f"{tree_seed}/queue_tree")  # (not the workload's stream of numbers)
+    out: list[Obj] = []
+    for d, dept_quota in enumerate(split_quota(gpus, [rng.uniform(low, high) for _ in range(departments)])):
+        dept = f"dept-{d}"
+        out.append(queue_manifest(dept, None, dept_quota, rng.choice(weights)))
+        for t, team_quota in enumerate(split_quota(dept_quota, [rng.uniform(low, high) for _ in range(teams)])):
+            out.append(queue_manifest(f"{dept}-team-{t}", dept, team_quota, rng.choice(weights)))
+    taken = set(_queue_parents(objects))
+    for q in out:
+        if q["metadata"]["name"] in taken:
+            raise ScenarioError(f"{field}: the tree's queue {q['metadata']['name']!r} is also defined in the "
+                                "cluster's objects; rename or drop one of them")
+    return out
+
+
+def _queue_parents(objects: Sequence[Obj]) -> dict[str, str | None]:
+    """Queue name -> its parent queue (None at the top), in the order of the objects."""
+    out: dict[str, str | None] = {}
+    for o in objects:
+        meta, spec = o.get("metadata"), o.get("spec")
+        if o.get("kind") == C.QUEUE_KIND and isinstance(meta, Mapping) and meta.get("name"):
+            parent = spec.get("parentQueue") if isinstance(spec, Mapping) else None
+            out[str(meta["name"])] = str(parent) if parent else None
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What a ``generate`` stream needs to know of the cluster: its queues and its GPUs."""
+
+    parents: dict[str, str | None]  # Queue name -> its parent, in the order of the objects
+    gpus: int
+
+    @classmethod
+    def of(cls, objects: Sequence[Obj]) -> ClusterFacts:
+        return cls(_queue_parents(objects), cluster_gpus(objects))
+
+    def is_leaf(self, name: str) -> bool:
+        return name not in set(self.parents.values())
+
+    def leaves(self, under: str | None = None) -> list[str]:
+        """The leaf queues (those nobody has as parent), or those below (or equal to) ``under``."""
+        inner = set(self.parents.values())
+        out = []
+        for name in self.parents:
+            if name in inner:
+                continue
+            node: str | None = name
+            seen: set[str] = set()
+            while node is not None and node != under and node not in seen:
+                seen.add(node)
+                node = self.parents.get(node)
+            if under is None or node == under:
+                out.append(name)
+        return out
+
+
+# ------------------------------------------------------------------------------------------- generate
+#: per-job fields: a stream's, and a mix entry's (which override the stream's)
+JOB_FIELDS = ("queue", "queues", "pods", "gpus", "gpu_claim", "gpuClaim", "cpu", "memory", "priority_class", "duration")
+GENERATE_FIELDS = ("name", "namespace", "jobs", "fill", "every", "start", "at_start", "mix", "mix_by", *JOB_FIELDS)
+MIX_FIELDS = ("weight", *JOB_FIELDS)
+_GPU_FIELDS = ("gpus", "gpu_claim", "gpuClaim")
+MAX_FILL_JOBS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Pick:
+    """A size drawn per job: one of ``choices`` (a list, uniformly), an integer in ``[low, high]`` (a range),
+    or ``value`` (fixed: no draw)."""
+
+    value: Any = None
+    choices: tuple[Any, ...] = ()
+    low: int = 0
+    high: int = -1
+
+    def draw(self, rng: random.Random) -> Any:
+        if self.choices:
+            return rng.choice(self.choices)
+        if self.high >= self.low:
+            return rng.randint(self.low, self.high)
+        return self.value
+
+    def values(self) -> tuple[Any, ...]:
+        if self.choices:
+            return self.choices
+        if self.high >= self.low:
+            return (self.low, self.high)
+        return (self.value,)
+
+    def mean(self) -> float:
+        if self.high >= self.low:
+            return (self.low + self.high) / 2
+        values = self.values()
+        return float(sum(values)) / len(values)
+
+
+def _pick(value: object, field: str, *, ranged: bool = False) -> _Pick:
+    if isinstance(value, list):
+        if not value:
+            raise ScenarioError(f"{field}: an empty list")
+        return _Pick(choices=tuple(value))
+    if ranged and isinstance(value, Mapping):
+        low, high = _bounds(value, field, "{min: 4, max: 64}")
+        for bound, name in ((low, "min"), (high, "max")):
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise ScenarioError(f"{field}.{name}: expected a positive integer, got {bound!r}")
+        if low > high:
+            raise ScenarioError(f"{field}: min ({low}) > max ({high})")
+        return _Pick(low=low, high=high)
+    return _Pick(value=value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One kind of job of a ``generate`` stream (the stream itself, or one entry of its ``mix``)."""
+
+    field: str  # where its GPU ask is written (for the errors of its claim)
+    weight: float
+    queue: str
+    queues: tuple[str, ...]  # each job's queue drawn from these (empty: ``queue``)
+    duration: tuple[float, float]
+    pods: _Pick
+    gpus: _Pick
+    claim: Mapping[str, Any] | None
+    claim_field: str
+    cpu: Any
+    memory: Any
+    priority_class: _Pick
+
+    def mean_pods(self) -> float:
+        return self.pods.mean()
+
+    def max_gpus(self) -> float:
+        if self.claim is not None:
+            return float(max(_pick(self.claim.get("count", 1), "").values()))
+        return float(max(self.gpus.values()))
+
+
+def _layered(layers: Sequence[tuple[Mapping[str, Any], str]], key: str, default: Any) -> tuple[Any, str]:
+    """(value, field) of ``key`` from the last layer that has it (a mix entry over its stream)."""
+    for raw, field in reversed(layers):
+        if key in raw:
+            return raw[key], f"{field}.{key}"
+    return default, f"{layers[-1][1]}.{key}"
+
+
+def _queue_list(value: object, field: str, facts: ClusterFacts) -> tuple[str, ...]:
+    """A stream's ``queues``: a list of leaf queues, ``leaves`` (every leaf queue of the cluster) or
+    ``{leaves: <parent or list of parents>}`` (also spelt ``{tree: ...}``: the leaves below them)."""
+    if value == "leaves":
+        names = facts.leaves()
+        if not names:
+            raise ScenarioError(f"{field}: the cluster has no queues (define them in cluster.objects, cluster.files "
+                                "or cluster.queue_tree)")
+        return tuple(names)
+    if isinstance(value, Mapping):
+        if len(value) != 1 or next(iter(value)) not in ("leaves", "tree"):
+            raise ScenarioError(f"{field}: expected {{leaves: <parent queue>}}, got {dict(value)!r}")
+        key = next(iter(value))
+        parents = value[key] if isinstance(value[key], list) else [value[key]]
+        if not parents:
+            raise ScenarioError(f"{field}.{key}: an empty list")
+        names = []
+        for parent in parents:
+            if not isinstance(parent, str) or parent not in facts.parents:
+                raise ScenarioError(f"{field}.{key}: unknown queue {parent!r}")
+            names.extend(n for n in facts.leaves(parent) if n not in names)
+        return tuple(names)
+    if not isinstance(value, list) or not value:
+        raise ScenarioError(f"{field}: expected a list of leaf queues, leaves (all of them) or "
+                            f"{{leaves: <parent queue>}}, got {value!r}")
+    for name in value:
+        if not isinstance(name, str) or name not in facts.parents:
+            raise ScenarioError(f"{field}: unknown queue {name!r} (define it in cluster.objects, cluster.files "
+                                "or cluster.queue_tree)")
+        if not facts.is_leaf(name):
+            raise ScenarioError(f"{field}: {name!r} is a parent queue; jobs go to leaf queues (try "
+                                f"{{leaves: {name}}})")
+    return tuple(value)
+
+
+def _duration_range(value: object, field: str) -> tuple[float, float]:
+    if isinstance(value, Mapping) or (isinstance(value, list) and len(value) == 2):
+        lo, hi = _bounds(value, field, "[10m, 4h]")
+    else:
+        lo = hi = value
+    low, high = _seconds(lo, field), _seconds(hi, field)
+    if low > high:
+        raise ScenarioError(f"{field}: min ({lo}) > max ({hi})")
+    return low, high
+
+
+def _gpu_value(value: object, field: str) -> None:
+    if not (_is_number(value) and value >= 0 and (value < 1 or value == int(value))):
+        raise ScenarioError(f"{field}: expected a whole number of GPUs or a fraction below 1, got {value!r}")
+
+
+def _quantity_value(value: object, field: str) -> None:
+    if value is None:
+        return  # (no request)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        parse_quantity(value)  # type: ignore[arg-type]
+    except (QuantityError, ValueError, TypeError):
+        raise ScenarioError(f"{field}: expected a quantity like 8 or 64Gi, got {value!r}") from None
+
+
+def _kind(layers: Sequence[tuple[Mapping[str, Any], str]], weight: float, facts: ClusterFacts,
+          classes: ClaimClasses) -> _Kind:
+    """A stream's (or a mix entry's over its stream's) per-job fields, validated."""
+    # the queue (queue or queues) comes from the last layer that names one
+    q_raw, q_field = next(((raw, f) for raw, f in reversed(layers) if "queue" in raw or "queues" in raw), layers[-1])
+    if "queue" in q_raw and "queues" in q_raw:
+        raise ScenarioError(f"{q_field}.queues: give queue (one queue) or queues (drawn per job), not both")
+    queue = str(q_raw.get("queue") or "default-queue")
+    queues = () if q_raw.get("queues") is None else _queue_list(q_raw["queues"], f"{q_field}.queues", facts)
+    dur, dur_field = _layered(layers, "duration", ["10m", "1h"])
+    pods_raw, pods_field = _layered(layers, "pods", 1)
+    pods = _pick(pods_raw, pods_field, ranged=True)
+    for n in pods.values():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ScenarioError(f"{pods_field}: expected a positive integer, a list of them or a range like "
+                                f"{{min: 4, max: 64}}, got {n!r}")
+    # the GPU ask (gpus or gpu_claim) comes whole from the last layer that gives one
+    gpu_raw, gpu_field = next(((raw, f) for raw, f in reversed(layers) if any(k in raw for k in _GPU_FIELDS)),
+                              layers[-1])
+    claim_field, raw_claim = _claim_entry(gpu_raw, gpu_field)
+    claim: Mapping[str, Any] | None = None
+    if raw_claim is not None:
+        if gpu_raw.get("gpus"):
+            raise ScenarioError(f"{claim_field}: a job asks GPUs by gpus (device plugin) or by "
+                                f"{claim_field.rpartition('.')[2]} (DRA), not both")
+        claim = _mapping(raw_claim if not isinstance(raw_claim, int | list) else {"count": raw_claim}, claim_field)
+        for count in _pick(claim.get("count", 1), f"{claim_field}.count").values():
+            gpu_claim({**claim, "count": count}, claim_field, classes)
+    gpus = _pick(gpu_raw.get("gpus", 1 if claim is None else 0), f"{gpu_field}.gpus")
+    for g in gpus.values():
+        _gpu_value(g, f"{gpu_field}.gpus")
+    cpu, cpu_field = _layered(layers, "cpu", 1)
+    memory, memory_field = _layered(layers, "memory", "4Gi")
+    _quantity_value(cpu, cpu_field)
+    _quantity_value(memory, memory_field)
+    pc_raw, pc_field = _layered(layers, "priority_class", "train")
+    priority_class = _pick("train" if pc_raw is None else pc_raw, pc_field)
+    for pc in priority_class.values():
+        if not isinstance(pc, str) or not pc:
+            raise ScenarioError(f"{pc_field}: expected a priority class name or a list of them, got {pc!r}")
+    return _Kind(gpu_field, weight, str(queue), queues, _duration_range(dur, dur_field), pods, gpus, claim,
+                 claim_field, cpu, memory, priority_class)
+
+
+def _mix(g: Mapping[str, Any], field: str, facts: ClusterFacts, classes: ClaimClasses) -> list[_Kind]:
+    """The kinds of job of a stream: its ``mix`` entries over the stream's fields, or the stream alone."""
+    if g.get("mix") is None:
+        if "mix_by" in g:
+            raise ScenarioError(f"{field}.mix_by: only with a mix")
+        return [_kind([(g, field)], 1.0, facts, classes)]
+    entries = _list(g["mix"], f"{field}.mix")
+    if not entries:
+        raise ScenarioError(f"{field}.mix: an empty list")
+    kinds: list[_Kind] = []
+    for i, raw in enumerate(entries):
+        entry_field = f"{field}.mix[{i}]"
+        entry = _mapping(raw, entry_field)
+        _unknown(entry, MIX_FIELDS, entry_field)
+        weight = entry.get("weight", 1)
+        if not _is_number(weight) or weight <= 0:
+            raise ScenarioError(f"{entry_field}.weight: expected a number > 0, got {weight!r}")
+        kinds.append(_kind([(g, field), (entry, entry_field)], float(weight), facts, classes))
+    by = g.get("mix_by", "jobs")
+    if by not in ("jobs", "pods"):
+        raise ScenarioError(f"{field}.mix_by: expected jobs (the weights are shares of the jobs) or pods (shares of "
+                            f"the pods), got {by!r}")
+    if by == "pods":  # a kind's share of the jobs: its share of the pods over its mean pods per job
+        kinds = [replace(k, weight=k.weight / k.mean_pods()) for k in kinds]
+    return kinds
+
+
+def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: ClusterFacts) -> list[Arrival]:
+    """Seeded synthetic jobs: per stream, ``jobs`` arrivals (or enough to ask ``fill`` x the cluster's GPUs)
+    ``every`` (exponential gaps with that mean; all at time 0 with ``at_start``), each of a kind of its ``mix``
+    drawn by weight, sizes drawn from the lists or ranges given, queues from ``queues``, durations uniform in
+    ``[min, max]`` (log-uniform when max > 10 x min)."""
     rng = random.Random(seed)
     out: list[Arrival] = []
     for s, raw in enumerate(entries):
         field = f"workload.generate[{s}]"
         g = _mapping(raw, field)
-        jobs = g.get("jobs", 1)
-        if not isinstance(jobs, int) or jobs < 0:
+        _unknown(g, GENERATE_FIELDS, field)
+        kinds = _mix(g, field, facts, classes)
+        jobs, target = g.get("jobs", 1), math.inf
+        if "fill" in g:
+            if "jobs" in g:
+                raise ScenarioError(f"{field}.fill: give jobs (a number of jobs) or fill (a share of the cluster's "
+                                    "GPUs), not both")
+            fill = g["fill"]
+            if not _is_number(fill) or fill <= 0:
+                raise ScenarioError(f"{field}.fill: expected a share of the cluster's GPUs > 0 (0.5: jobs asking half "
+                                    f"of them), got {fill!r}")
+            if facts.gpus < 1:
+                raise ScenarioError(f"{field}.fill: the cluster has no GPUs to fill")
+            if max(k.max_gpus() for k in kinds) <= 0:
+                raise ScenarioError(f"{field}.fill: the stream's jobs ask no GPUs, so no number of them fills any")
+            jobs, target = MAX_FILL_JOBS, fill * facts.gpus
+        elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
             raise ScenarioError(f"{field}.jobs: expected a non-negative integer, got {jobs!r}")
+        at_start = g.get("at_start", False)
+        if not isinstance(at_start, bool):
+            raise ScenarioError(f"{field}.at_start: expected true or false, got {at_start!r}")
+        if at_start and ("every" in g or "start" in g):
+            raise ScenarioError(f"{field}.{'every' if 'every' in g else 'start'}: an at_start stream's jobs all "
+                                "arrive at time 0 (already running when the simulation starts); drop it")
         every = _seconds(g.get("every", "10m"), f"{field}.every")
+        if every == math.inf:
+            raise ScenarioError(f"{field}.every: expected a finite duration (the mean gap between arrivals)")
         start = _seconds(g.get("start", 0), f"{field}.start")
-        dur = g.get("duration", ["10m", "1h"])
-        lo, hi = (dur if isinstance(dur, list) and len(dur) == 2 else [dur, dur])
-        dmin, dmax = _seconds(lo, f"{field}.duration"), _seconds(hi, f"{field}.duration")
         prefix = str(g.get("name") or f"{g.get('queue', 'job')}-s{s}")
-        claim_field, raw_claim = _claim_entry(g, field)
-        claim = None if raw_claim is None else _mapping(raw_claim if not isinstance(raw_claim, int | list) else
-                                                        {"count": raw_claim}, claim_field)
+        namespace = g.get("namespace", "default")
+        cum_weights = list(itertools.accumulate(k.weight for k in kinds))
         t = start
+        asked = 0.0
         for j in range(jobs):
-            t += rng.expovariate(1.0 / every) if every > 0 else 0.0
+            if asked >= target - 1e-9:
+                break
+            if not at_start:
+                t += rng.expovariate(1.0 / every) if every > 0 else 0.0
+            kind = kinds[0] if len(kinds) == 1 else rng.choices(kinds, cum_weights=cum_weights)[0]
+            dmin, dmax = kind.duration
             if dmax > 10 * dmin > 0:
                 duration = dmin * (dmax / dmin) ** rng.random()
             else:
                 duration = rng.uniform(dmin, dmax)
-            spec = {"name": f"{prefix}-{j:05d}", "namespace": g.get("namespace", "default"),
-                    "queue": g.get("queue", "default-queue"), "pods": _choice(rng, g.get("pods", 1), f"{field}.pods"),
-                    "gpus": _choice(rng, g.get("gpus", 1 if claim is None else 0), f"{field}.gpus"),
-                    "cpu": g.get("cpu", 1), "memory": g.get("memory", "4Gi"),
-                    "priority_class": _choice(rng, g.get("priority_class", "train"), f"{field}.priority_class")}
-            if claim is not None:  # (GPUs per pod drawn from a list of counts like the other sizes)
-                spec["gpu_claim"] = {**claim, "count": _choice(rng, claim.get("count", 1), f"{claim_field}.count")}
-            objs, queue, gpus = job_objects(spec, field, classes=classes)
+            spec = {"name": f"{prefix}-{j:05d}", "namespace": namespace, "queue": kind.queue,
+                    "pods": kind.pods.draw(rng), "gpus": kind.gpus.draw(rng), "cpu": kind.cpu, "memory": kind.memory,
+                    "priority_class": kind.priority_class.draw(rng)}
+            if kind.claim is not None:  # (GPUs per pod drawn from a list of counts like the other sizes)
+                count = _pick(kind.claim.get("count", 1), f"{kind.claim_field}.count").draw(rng)
+                spec["gpu_claim"] = {**kind.claim, "count": count}
+            if kind.queues:
+                spec["queue"] = rng.choice(kind.queues)
+            objs, queue, gpus = job_objects(spec, kind.field, classes=classes)
+            asked += gpus
             out.append(Arrival(round(t, 3), f"{spec['namespace']}/{spec['name']}", queue, tuple(objs),
                                round(duration, 3), gpus))
+        else:
+            if target != math.inf and asked < target - 1e-9:
+                raise ScenarioError(f"{field}.fill: {MAX_FILL_JOBS:,} jobs do not ask {target:g} GPUs; ask fewer")
     return out
 
 
@@ -464,6 +902,11 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
                if o.get("kind") == C.DEVICE_CLASS_KIND and isinstance(o.get("metadata"), Mapping)}
     objects.extend(device_class(name, driver) for name, (driver, _) in sorted(dra_classes.items())
                    if name not in defined)
+    run_seed = seed if seed is not None else doc.get("seed", 0)
+    if isinstance(run_seed, bool) or not isinstance(run_seed, int):
+        raise ScenarioError(f"seed: expected an integer, got {run_seed!r}")
+    if cluster.get("queue_tree") is not None:
+        objects.extend(queue_tree(cluster["queue_tree"], objects, run_seed))
     classes = claim_classes(objects)
     config: Obj | None = dict(_mapping(doc.get("config"), "config")) or None
     if doc.get("config_file"):
@@ -472,12 +915,10 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
         except (OSError, yaml.YAMLError) as exc:
             raise ScenarioError(f"config_file: {exc}") from None
         config = dict(_mapping(loaded, "config_file"))
-    run_seed = seed if seed is not None else doc.get("seed", 0)
-    if not isinstance(run_seed, int):
-        raise ScenarioError(f"seed: expected an integer, got {run_seed!r}")
     workload = _mapping(doc.get("workload"), "workload")
     arrivals = _arrivals(_list(workload.get("arrivals"), "workload.arrivals"), base, classes)
-    arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes)
+    arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes,
+                           ClusterFacts.of(objects))
     if workload.get("trace") is not None:
         arrivals += _trace(_mapping(workload.get("trace"), "workload.trace"), base)
     until = doc.get("until")
