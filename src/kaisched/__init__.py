@@ -9,7 +9,7 @@ The shortest useful example::
 
 from kaisched.actions.registry import ACTIONS as _ACTIONS
 from kaisched.cluster.schedule import compiled_core, schedule
-from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams
+from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams, SearchBudgets
 from kaisched.framework.result import CycleResult
 from kaisched.k8s.loader import load_documents, load_objects
 from kaisched.k8s.objects import ObjectError, ParsedObjects
@@ -34,6 +34,7 @@ __all__ = [
     "ScenarioError",
     "SchedulerConfig",
     "SchedulerParams",
+    "SearchBudgets",
     "SimResult",
     "SimulationError",
     "compiled",

@@ -29,7 +29,7 @@ from unittest.mock import ANY
 import pytest
 import yaml
 
-from kaisched.framework.config import DEFAULT_ACTIONS, DEFAULT_PLUGINS, SchedulerConfig, SchedulerParams
+from kaisched.framework.config import DEFAULT_ACTIONS, DEFAULT_PLUGINS, SchedulerConfig, SchedulerParams, SearchBudgets
 from kaisched.k8s import constants as c
 from kaisched.k8s.parse import parse_objects
 
@@ -900,6 +900,9 @@ def test_shipped_config_is_kais_default_configuration() -> None:
     assert config.plugins == DEFAULT_PLUGINS
     assert config.params == SchedulerParams()
     assert config.params.scheduler_name == c.SCHEDULER_NAME
+    # KAI v0.17's search budgets, as its operator renders them (kaisched without the block: no budgets)
+    assert config.search_budgets == SearchBudgets.kai_defaults()
+    assert raw["scenarioSearchBudgets"] == SearchBudgets.kai_defaults().to_mapping()
 
 
 # ========================================================================================== defaults

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from kaisched.actions.allocate import pending_jobs
 from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job, claims_key, failure_key
+from kaisched.actions.search_budget import ActionSearchBudget, JobSearchBudget, unresolved_error
 from kaisched.actions.solver import MessageFn, Validator, VictimSolver
 from kaisched.actions.victims import ChunkSequence, VictimOrder, VictimQueue
+from kaisched.framework.result import (
+    SEARCH_DEADLINE_EXHAUSTED,
+    SEARCH_GENERATORS_EXHAUSTED,
+    SEARCH_NOT_ATTEMPTED,
+    SEARCH_SOLVED,
+)
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -187,6 +195,7 @@ class EvictingAction(Action):
         candidates = self.candidates(ssn)
         if self.nothing_to_do(ssn, candidates):
             return
+        budget = ActionSearchBudget.start(ssn, self.name)  # (scenarioSearchBudgets; unlimited without them)
         depth = ssn.config.queue_depth_per_action.get(self.name)
         queue = JobsQueue(ssn, candidates, depth)
         failed: dict[SignatureKey, Difficulty] = {}
@@ -204,22 +213,53 @@ class EvictingAction(Action):
             victims = self.victims(ssn, job)
             if not victims:
                 continue
+            job_budget = budget.begin_job()
+            if job_budget.not_attempted:
+                self.unresolved(ssn, job, job_budget, SEARCH_NOT_ATTEMPTED)
+                continue  # (each later job too: the action has no time left)
             for handler in ssn.job_solution_start_handlers:
                 handler(job)
             stmt = Statement(ssn)
             solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
                                   self.max_victim_jobs(ssn), moves_only=self.moves_only,
-                                  chunks=self.chunk_sequence(ssn, victims))
+                                  chunks=self.chunk_sequence(ssn, victims), budget=job_budget.generator)
+            started = time.perf_counter()
             scenario = solver.run(stmt)
+            self.count(ssn, solver, scenario is not None, time.perf_counter() - started)
             if scenario is None:
                 stmt.discard()
+                if solver.stopped_by_budget:  # proves nothing about similar jobs: not remembered as failed
+                    self.unresolved(ssn, job, job_budget, SEARCH_DEADLINE_EXHAUSTED)
+                    continue
+                ssn.search_outcomes.append(job_budget.outcome(self.name, job.key, SEARCH_GENERATORS_EXHAUSTED))
                 if use_signatures:
                     known = failed.get(key)
                     if known is None or difficulty < known:
                         failed[key] = difficulty
                 continue
+            ssn.search_outcomes.append(job_budget.outcome(self.name, job.key, SEARCH_SOLVED))
             self.accept(ssn, job, scenario)
             stmt.commit()
+
+    def unresolved(self, ssn: Session, job: PodGroupInfo, job_budget: JobSearchBudget, result: str) -> None:
+        """A search budget stopped the job's search (or left it none): recorded, and the job's pending reason
+        says so (``ScenarioSearchUnresolved``); the job stays unplaced for this cycle."""
+        outcome = job_budget.outcome(self.name, job.key, result)
+        ssn.search_outcomes.append(outcome)
+        job.fit_errors = [unresolved_error(self.name, outcome)]
+
+    def count(self, ssn: Session, solver: VictimSolver, solved: bool, seconds: float) -> None:
+        """What one victim search cost, into the session's search statistics."""
+        stats = ssn.search_stats.of(self.name)
+        stats.preemptors += 1
+        stats.solved += solved
+        stats.partial_solves += solver.partial_solves
+        stats.simulations += solver.simulations
+        stats.proved += solver.proved
+        stats.proved_everywhere += solver.proved_everywhere
+        stats.filtered += solver.filtered
+        stats.placements += solver.placements
+        stats.seconds += seconds
 
     def nothing_to_do(self, ssn: Session, candidates: list[PodGroupInfo]) -> bool:
         """No candidate passes the quick checks: the loop would skip every job, and nothing changes while it

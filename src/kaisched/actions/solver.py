@@ -38,6 +38,7 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -45,6 +46,8 @@ import numpy.typing as npt
 
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job, claims_key
+from kaisched.actions.proofs import ScenarioProof
+from kaisched.actions.search_budget import GeneratorSearchBudget
 from kaisched.actions.victims import Chunk, ChunkSequence, VictimOrder, VictimQueue
 from kaisched.actions.warm import RecordedVictims, WarmEvictions, exact_accounting
 from kaisched.framework.scenario import Scenario, VictimJob
@@ -66,6 +69,9 @@ class VictimSolver:
     #: keep evictions from one simulation to the next where exact (see the module doc); tests compare it with
     #: simulating every scenario from scratch
     warm_simulations = True
+    #: skip the scenarios :class:`~kaisched.actions.proofs.ScenarioProof` proves to fail; tests compare it with
+    #: simulating them
+    prove_failures = True
 
     def __init__(
         self,
@@ -79,9 +85,14 @@ class VictimSolver:
         moves_only: bool = False,
         order: VictimOrder | None = None,
         chunks: ChunkSequence | None = None,
+        budget: GeneratorSearchBudget | None = None,
     ) -> None:
         """``chunks``: the victims' chunk sequence when shared with other solvers (see ChunkSequence); else
-        one is made of ``victim_jobs`` (taken in ``order``) and ``max_victim_jobs``."""
+        one is made of ``victim_jobs`` (taken in ``order``) and ``max_victim_jobs``. ``budget``: the search
+        budget asked before each scenario simulation (None: unlimited; actions.search_budget)."""
+        self.budget = budget
+        #: the search stopped because ``budget`` expired (run() then returns None)
+        self.stopped_by_budget = False
         self.ssn = ssn
         self.action = action
         self.preemptor = preemptor
@@ -101,6 +112,11 @@ class VictimSolver:
         self._allowed: dict[str, BoolArray] = {}  # task uid -> the nodes its static predicates allow
         self._answers: list[BoolArray] = []  # the distinct ones
         self.simulations = 0
+        self.proved = 0  # scenarios proved to fail, not simulated
+        self.proved_everywhere = 0  # partial jobs whose every single-node scenario was proved to fail at once
+        self.victim_jobs = victim_jobs
+        self.partial_solves = 0
+        self.placements = 0  # job placements tried in simulations
         self._last: tuple[list[TaskInfo], BoolArray] = ([], np.zeros(0, dtype=np.bool_))
         self.filtered = 0
         self._warm: WarmEvictions | None = None
@@ -366,6 +382,7 @@ class VictimSolver:
         # resources only shrink during the simulation: a victim shape that failed once fails again
         failed: set[tuple[object, ...]] = set()
         while (job := queue.pop()) is not None:
+            self.placements += 1
             if job is p:
                 # P goes onto what the victims release; other feasible nodes only when that is not enough
                 placed = allocate_job(ssn, p, stmt, pipeline_only=True, explain=False, tasks=tasks, node_mask=p_mask)
@@ -473,11 +490,33 @@ class VictimSolver:
             # without recorded victims the scenarios depend only on the tasks' shape, the victims' chunks and
             # the state every solver of this chunk sequence starts from: walked once per shape, replayed
             scenarios = self.sequence.walk(_walk_key(tasks), lambda: self._scenarios(tasks, recorded, feasible))
+        budget = self.budget
+        self.partial_solves += 1
+        proof = self._proof(tasks, recorded, feasible)
+        if proof is not None and proof.fails_everywhere(self.victim_jobs):
+            # no single node's victims can make room: only the scenario without victims may solve it
+            self.proved_everywhere += 1
+            scenarios = itertools.islice(scenarios, 1)
         for evict in scenarios:
+            if proof is not None and proof.fails(evict):
+                self.proved += 1
+                continue
+            if budget is not None and budget.expired():  # (before each simulation; a started one finishes)
+                self.stopped_by_budget = True
+                return None
             found = self._simulate(stmt, tasks, evict, feasible)
             if found is not None:
                 return found
         return None
+
+    def _proof(self, tasks: list[TaskInfo], recorded: list[TaskInfo], feasible: BoolArray) -> ScenarioProof | None:
+        """Proofs of failure for this partial job's scenarios, where they can prove anything (kaisched.actions.proofs):
+        simulated from scratch, no recorded victims, victims that may stay evicted, proportion's queue order."""
+        order = self.ssn.queue_order
+        if (not self.prove_failures or recorded or self._warm is not None or self.moves_only or order is None
+                or not ScenarioProof.applies(self.ssn, tasks)):
+            return None
+        return ScenarioProof(self.ssn, self.preemptor, tasks, feasible, self._allowed_nodes(tasks), order.bound_key)
 
     def _scenarios(self, tasks: list[TaskInfo], recorded: list[TaskInfo], feasible: BoolArray
                    ) -> Iterator[list[TaskInfo]]:

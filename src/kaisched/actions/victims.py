@@ -75,7 +75,8 @@ class _Node:
     compared: bool = False
 
 
-def _vec(tasks: list[TaskInfo]) -> list[float]:
+def quota_sum(tasks: list[TaskInfo]) -> list[float]:
+    """The tasks' queue resources (GPUs, millicores, bytes) summed."""
     out = [0.0, 0.0, 0.0]
     for t in tasks:
         g, c, m = t.quota_vector()
@@ -226,7 +227,7 @@ class VictimQueue:
             order = self.ssn.queue_order
             key: tuple[object, ...] = ()
             if order is not None and node.compared:
-                key = order.victim_key(node.name, node.removed, _vec(self.chunk_of(job)))
+                key = order.victim_key(node.name, node.removed, quota_sum(self.chunk_of(job)))
             best = (job, key)
         node.best = best
         return best
@@ -276,7 +277,7 @@ class VictimQueue:
         if not tasks:
             return self.pop()
         self._taken.setdefault(job.key, set()).update(t.uid for t in tasks)
-        amount = _vec(tasks)
+        amount = quota_sum(tasks)
         cur: _Node | None = node
         while cur is not None:
             for r in range(3):

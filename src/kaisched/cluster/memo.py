@@ -10,6 +10,9 @@ A cycle is a function of its objects, its configuration and its clock. The clock
   (``Session.stamped``): the next cycle on the same objects sets them again, to its own time, and every
   rule that reads them compares them with that same time.
 
+With ``scenarioSearchBudgets`` the wall clock enters too, through the eviction actions' search budgets: a cycle
+in which a budget stopped a job's search is not remembered (its decisions depend on how fast it ran).
+
 So the next cycle on the very same objects (the same Python objects: the simulator and Kubernetes mode keep
 an unchanged object's identity across cycles; objects are immutable), the same configuration and a clock
 that is not earlier and not yet at ``valid_until`` makes the same
@@ -65,7 +68,7 @@ def copy_result(result: CycleResult) -> CycleResult:
     return CycleResult(binds=list(result.binds), pipelined=list(result.pipelined),
                        evictions=list(result.evictions), pod_groups=list(result.pod_groups),
                        queues=list(result.queues), errors=list(result.errors), nodes=list(result.nodes),
-                       claims=list(result.claims))
+                       claims=list(result.claims), scenario_search=list(result.scenario_search))
 
 
 def restamped(result: CycleResult, stamped: dict[str, frozenset[str]], now: datetime) -> CycleResult:
@@ -122,8 +125,9 @@ class CycleMemo:
 
     def record(self, parsed: ParsedObjects, config: SchedulerConfig, now: datetime, result: CycleResult,
                valid_until: datetime | None, stamped: dict[str, set[str]]) -> None:
-        """Remember a cycle that just ran (unless a later clock could order its objects otherwise)."""
-        if creation_order_fixed(parsed, now):
+        """Remember a cycle that just ran (unless a later clock could order its objects otherwise, or a search
+        budget decided some of it: with more time the same objects could be decided otherwise)."""
+        if creation_order_fixed(parsed, now) and not any(o.stopped_by_budget for o in result.scenario_search):
             self._last = _Recorded(parsed, fingerprint(parsed), config, now, valid_until, copy_result(result),
                                    {k: frozenset(v) for k, v in stamped.items()})
         else:

@@ -10,8 +10,12 @@ queueDepthPerAction: {allocate: 100}
 params:                       # KAI scheduler flags by their flag names
   max-consolidation-preemptees: 16
   default-staleness-grace-period: 60s
+scenarioSearchBudgets:        # KAI v0.17's wall-clock bounds of the victim search (docs/evictions.md)
+  maxActionSearchDuration: {default: 5m}
+  maxJobSearchDuration: 4m
 ```
-Omitted parts take KAI's built-in defaults.
+Omitted parts take KAI's built-in defaults, except ``scenarioSearchBudgets``: without the block the victim
+search has no budget at all (KAI fills in its defaults; docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -142,6 +146,179 @@ class SchedulerParams:
         return replace(p, **updates)
 
 
+BUDGETS = "scenarioSearchBudgets"
+BUDGET_DEFAULT = "default"
+#: the keys of ``maxActionSearchDuration`` (besides ``default``, the eviction actions)
+BUDGET_ACTIONS = ("reclaim", "preempt", "consolidation")
+#: KAI's scenario generators, the keys of ``maxGeneratorSearchDuration`` besides ``default``. kaisched has one
+#: generator, the by-node search (the recorded victims plus one node's victims): KAI's NodeLocalGreedy shape.
+#: ``MultiNodeGang`` is accepted and validated, and bounds nothing.
+NODE_LOCAL_GREEDY = "NodeLocalGreedy"
+MULTI_NODE_GANG = "MultiNodeGang"
+BUDGET_GENERATORS = (NODE_LOCAL_GREEDY, MULTI_NODE_GANG)
+# KAI v0.17's defaults (pkg/common/constants): what applies to a field the block leaves out
+DEFAULT_ACTION_BUDGET = timedelta(minutes=5)
+DEFAULT_JOB_BUDGET = timedelta(minutes=4)
+DEFAULT_MIN_JOB_BUDGET = timedelta(0)
+DEFAULT_GENERATOR_BUDGET = timedelta(minutes=2)
+DEFAULT_GENERATOR_BUDGETS = {NODE_LOCAL_GREEDY: timedelta(seconds=30), MULTI_NODE_GANG: timedelta(minutes=2)}
+
+
+def go_duration(value: timedelta) -> str:
+    """A duration as Go's ``time.Duration.String`` writes it (``5m0s``, ``30s``, ``250ms``, ``0s``), to the
+    microsecond."""
+    us = value // timedelta(microseconds=1)
+    if us == 0:
+        return "0s"
+    sign = "-" if us < 0 else ""
+    us = abs(us)
+
+    def fraction(whole: int, part: int, digits: int) -> str:
+        return f"{whole}.{part:0{digits}d}".rstrip("0") if part else str(whole)
+
+    if us < 1000:
+        return f"{sign}{us}µs"
+    if us < 1_000_000:
+        return f"{sign}{fraction(us // 1000, us % 1000, 3)}ms"
+    hours, rest = divmod(us, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    out = f"{hours}h" if hours else ""
+    if hours or minutes:
+        out += f"{minutes}m"
+    return f"{sign}{out}{fraction(rest // 1_000_000, rest % 1_000_000, 6)}s"
+
+
+def _budget_duration(value: object, where: str) -> timedelta:
+    """A non-negative Go duration string (``metav1.Duration``), or a ConfigError naming ``where``."""
+    if isinstance(value, timedelta):
+        parsed = value
+    elif isinstance(value, str):
+        from kaisched.k8s.quantity import parse_duration
+
+        try:
+            parsed = parse_duration(value)
+        except ValueError:
+            raise ConfigError(f"{where}: must be a valid Go duration like '5m', '30s' or '250ms', got {value!r}"
+                              ) from None
+    else:
+        raise ConfigError(f"{where}: must be a valid Go duration like '5m', '30s' or '250ms' (a string), "
+                          f"got {value!r}")
+    if parsed < timedelta(0):
+        raise ConfigError(f"{where}: must be non-negative, got {value!r}")
+    return parsed
+
+
+def _budget_map(raw: object, name: str, known: tuple[str, ...], what: str) -> dict[str, timedelta]:
+    where = f"{BUDGETS}.{name}"
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of {what} name to duration")
+    out: dict[str, timedelta] = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise ConfigError(f"{where}: unknown {what} {str(key)!r} (known: {', '.join(known)})")
+        out[str(key)] = _budget_duration(value, f'{where}["{key}"]')
+    return out
+
+
+def _seconds(value: timedelta) -> float:
+    return value.total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchBudgets:
+    """KAI v0.17's ``scenarioSearchBudgets``: wall-clock bounds of the eviction actions' victim search
+    (actions/common/solvers/search_budget.go), as configured. A field the block leaves out (None, or a key
+    missing from a map) takes KAI's default; for the max budgets 0 means unlimited, for the min 0 disables
+    it. The effective limits, in seconds, come from the methods. (A configuration without the block has
+    no budgets at all: ``SchedulerConfig.search_budgets`` is None.)"""
+
+    max_action: Mapping[str, timedelta] = field(default_factory=dict)  # default | reclaim | preempt | consolidation
+    max_job: timedelta | None = None
+    min_job: timedelta | None = None
+    max_generator: Mapping[str, timedelta] = field(default_factory=dict)  # default | NodeLocalGreedy | MultiNodeGang
+
+    def action_limit(self, action: str) -> float:
+        """The action's own key, else ``default``, else 5 minutes (0: unlimited)."""
+        value = self.max_action.get(action)
+        if value is None:
+            value = self.max_action.get(BUDGET_DEFAULT, DEFAULT_ACTION_BUDGET)
+        return _seconds(value)
+
+    def job_limit(self) -> float:
+        """Per pending job (0: unlimited)."""
+        return _seconds(DEFAULT_JOB_BUDGET if self.max_job is None else self.max_job)
+
+    def min_job_limit(self) -> float:
+        """The best-effort floor per job (0: disabled)."""
+        return _seconds(DEFAULT_MIN_JOB_BUDGET if self.min_job is None else self.min_job)
+
+    def generator_limit(self, generator: str) -> float:
+        """A known generator's own key, else the configured ``default``, else its own default (30 s for
+        NodeLocalGreedy, 2 minutes for MultiNodeGang); any other name: ``default``, else 2 minutes."""
+        value = self.max_generator.get(generator)
+        if value is None:
+            value = self.max_generator.get(BUDGET_DEFAULT)
+        if value is None:
+            value = DEFAULT_GENERATOR_BUDGETS.get(generator, DEFAULT_GENERATOR_BUDGET)
+        return _seconds(value)
+
+    def generator_limits(self) -> dict[str, float]:
+        """The limit of ``default`` and of every known generator (KAI's configured-budget gauges)."""
+        return {name: self.generator_limit(name) for name in (BUDGET_DEFAULT, *BUDGET_GENERATORS)}
+
+    @classmethod
+    def kai_defaults(cls) -> SearchBudgets:
+        """The block KAI's operator renders when a SchedulingShard sets none (v0.17)."""
+        return cls(max_action={BUDGET_DEFAULT: DEFAULT_ACTION_BUDGET}, max_job=DEFAULT_JOB_BUDGET,
+                   min_job=DEFAULT_MIN_JOB_BUDGET,
+                   max_generator={BUDGET_DEFAULT: DEFAULT_GENERATOR_BUDGET, **DEFAULT_GENERATOR_BUDGETS})
+
+    @classmethod
+    def from_mapping(cls, raw: object) -> SearchBudgets:
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{BUDGETS}: expected a mapping with maxActionSearchDuration, maxJobSearchDuration, "
+                              "minJobSearchDuration and maxGeneratorSearchDuration")
+        known = ("maxActionSearchDuration", "maxJobSearchDuration", "minJobSearchDuration",
+                 "maxGeneratorSearchDuration")
+        for key in raw:
+            if key not in known:
+                raise ConfigError(f"{BUDGETS}.{key}: unknown field (known: {', '.join(known)})")
+        max_action = _budget_map(raw.get("maxActionSearchDuration"), "maxActionSearchDuration",
+                                 (BUDGET_DEFAULT, *BUDGET_ACTIONS), "action")
+        max_generator = _budget_map(raw.get("maxGeneratorSearchDuration"), "maxGeneratorSearchDuration",
+                                    (BUDGET_DEFAULT, *BUDGET_GENERATORS), "generator")
+        max_job: timedelta | None = None
+        min_job: timedelta | None = None
+        if raw.get("maxJobSearchDuration") is not None:
+            max_job = _budget_duration(raw["maxJobSearchDuration"], f"{BUDGETS}.maxJobSearchDuration")
+        if raw.get("minJobSearchDuration") is not None:
+            min_job = _budget_duration(raw["minJobSearchDuration"], f"{BUDGETS}.minJobSearchDuration")
+        budgets = cls(max_action=max_action, max_job=max_job, min_job=min_job, max_generator=max_generator)
+        high, low = budgets.job_limit(), budgets.min_job_limit()
+        if high and low >= high:
+            which = "" if max_job is not None else " (KAI's default maxJobSearchDuration)"
+            low_text, high_text = go_duration(timedelta(seconds=low)), go_duration(timedelta(seconds=high))
+            raise ConfigError(
+                f"{BUDGETS}: minJobSearchDuration must be less than maxJobSearchDuration: {low_text} is not less "
+                f"than {high_text}{which}; a maxJobSearchDuration of 0s sets no per-job limit")
+        return budgets
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The block in KAI's format, as configured (Go duration strings; fields left out stay out)."""
+        out: dict[str, Any] = {}
+        if self.max_action:
+            out["maxActionSearchDuration"] = {k: go_duration(v) for k, v in self.max_action.items()}
+        if self.max_job is not None:
+            out["maxJobSearchDuration"] = go_duration(self.max_job)
+        if self.min_job is not None:
+            out["minJobSearchDuration"] = go_duration(self.min_job)
+        if self.max_generator:
+            out["maxGeneratorSearchDuration"] = {k: go_duration(v) for k, v in self.max_generator.items()}
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     actions: tuple[str, ...] = DEFAULT_ACTIONS
@@ -149,6 +326,8 @@ class SchedulerConfig:
     tiers: tuple[tuple[PluginOption, ...], ...] = (DEFAULT_PLUGINS,)
     queue_depth_per_action: Mapping[str, int] = field(default_factory=dict)
     params: SchedulerParams = field(default_factory=SchedulerParams)
+    #: ``scenarioSearchBudgets``; None (no block): the victim search is unbounded, decisions never depend on timing
+    search_budgets: SearchBudgets | None = None
 
     @property
     def plugins(self) -> tuple[PluginOption, ...]:
@@ -163,7 +342,7 @@ class SchedulerConfig:
             return cls()
         if not isinstance(raw, Mapping):
             raise ConfigError("scheduler config: expected a mapping with actions/tiers/params")
-        known = {"actions", "tiers", "queueDepthPerAction", "params", "usageDBConfig"}
+        known = {"actions", "tiers", "queueDepthPerAction", "params", "usageDBConfig", BUDGETS}
         for key in raw:
             if key not in known:
                 raise ConfigError(f"{key}: unknown configuration field (known: {', '.join(sorted(known))})")
@@ -191,7 +370,9 @@ class SchedulerConfig:
                     raise ConfigError(f"queueDepthPerAction.{k}: must be >= 0")
                 depth[str(k)] = n
         params = SchedulerParams.from_mapping(raw.get("params") or {})
-        return cls(actions=actions, actions_explicit=explicit, tiers=tiers, queue_depth_per_action=depth, params=params)
+        budgets = SearchBudgets.from_mapping(raw[BUDGETS]) if raw.get(BUDGETS) is not None else None
+        return cls(actions=actions, actions_explicit=explicit, tiers=tiers, queue_depth_per_action=depth, params=params,
+                   search_budgets=budgets)
 
     @classmethod
     def load(cls, path: str | Path) -> SchedulerConfig:

@@ -69,6 +69,13 @@ class QueueOrder(Protocol):
         queue's subtree) and ``candidate`` (its next victim) subtracted; the LARGEST key goes first."""
         ...
 
+    def bound_key(self, queue: str, removed: list[float], request: list[float]) -> tuple[object, ...]:
+        """The queue's :meth:`key` had it ``removed`` less than it holds and a best job asking ``request``. Keys
+        must not decrease as the queue holds more or its job asks more (every part, each resource), so that a
+        key computed on more (less) of both bounds those of every state with less (more)
+        (:mod:`kaisched.actions.proofs`)."""
+        ...
+
 
 class QueueReporter(Protocol):
     def report(self) -> list[QueueStatus]: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaisched.framework.search_stats import ActionSearchStats
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError
 
@@ -168,6 +169,35 @@ class ClaimAllocation:
         return out
 
 
+#: the results of a pending job's victim search (KAI v0.17's solvers.SearchResultReason)
+SEARCH_SOLVED = "solved"
+SEARCH_DEADLINE_EXHAUSTED = "deadline_exhausted"  # a search budget expired before a solution
+SEARCH_GENERATORS_EXHAUSTED = "generators_exhausted"  # every scenario tried, none solved
+SEARCH_NOT_ATTEMPTED = "not_attempted"  # no action budget left when the job was reached
+SCENARIO_SEARCH_UNRESOLVED = "ScenarioSearchUnresolved"  # the pending reason of a job a budget stopped
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOutcome:
+    """How an eviction action's victim search for one pending job ended (every job that reached the solver).
+    ``stopped_by``: the budget that stopped it (``action``, ``job`` or ``generator``), else None."""
+
+    action: str
+    job: str  # "<ns>/<podgroup>"
+    result: str  # solved | deadline_exhausted | generators_exhausted | not_attempted
+    reduced_budget: bool = False
+    stopped_by: str | None = None
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        """A budget decided this outcome: with more time the search might have gone otherwise."""
+        return self.result in (SEARCH_DEADLINE_EXHAUSTED, SEARCH_NOT_ATTEMPTED)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "job": self.job, "result": self.result, "reducedBudget": self.reduced_budget,
+                "stoppedBy": self.stopped_by}
+
+
 @dataclass(slots=True)
 class CycleResult:
     binds: list[Placement] = field(default_factory=list)
@@ -178,6 +208,10 @@ class CycleResult:
     errors: list[ObjectError] = field(default_factory=list)
     nodes: list[NodeGpuStatus] = field(default_factory=list)
     claims: list[ClaimAllocation] = field(default_factory=list)  # DRA claims of the pods bound
+    # the eviction actions' victim searches, one per job that reached the solver, in the order they ran
+    scenario_search: list[SearchOutcome] = field(default_factory=list)
+    # what the victim searches cost, per action (diagnostics: not part of the decisions, nor of to_dict)
+    search_stats: dict[str, ActionSearchStats] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +223,7 @@ class CycleResult:
             "errors": [e.to_dict() for e in self.errors],
             "nodes": [n.to_dict() for n in self.nodes],
             "claims": [c.to_dict() for c in self.claims],
+            "scenarioSearch": [o.to_dict() for o in self.scenario_search],
         }
 
     def pod_group(self, name: str) -> PodGroupStatus | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -32,9 +33,11 @@ from kaisched.framework.result import (
     NodeGpuStatus,
     Placement,
     PodGroupStatus,
+    SearchOutcome,
     SharedGpuStatus,
 )
 from kaisched.framework.scenario import Scenario
+from kaisched.framework.search_stats import SearchStats
 from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.dra import ClaimInfo
 from kaisched.model.gpu_sharing import GpuOrderFn
@@ -94,6 +97,7 @@ class Session:
         self.task_node_capacity_check: Predicate | None = None
         # some pod's required anti-affinity may select other pods by their labels and namespace (set by the
         # predicates plugin): only then do a pod's labels and namespace decide where it fits
+        self.search_stats = SearchStats()  # what the victim searches cost, per action
         self.labels_constrain_placement = False
         # topology (spec 9.4): node sets for a constrained (sub)group, and the scores of the set being tried
         self.subset_nodes: SubsetNodes | None = None
@@ -137,6 +141,11 @@ class Session:
         self.eviction_state: object = None
         #: every amount the session adds up is exact in floats (actions.warm.exact_accounting); None: not asked
         self.exact_accounting: bool | None = None
+        #: the monotonic clock (seconds) the eviction actions' search budgets read (``scenarioSearchBudgets``);
+        #: never read without budgets. Tests give a fake one.
+        self.search_clock: Callable[[], float] = time.monotonic
+        #: how each eviction action's victim search for a pending job ended (actions.search_budget)
+        self.search_outcomes: list[SearchOutcome] = []
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:
@@ -334,7 +343,7 @@ class Session:
     # ---- result ---------------------------------------------------------------------------------------
     def _result(self) -> CycleResult:
         names = self.nodes.names
-        result = CycleResult(errors=list(self.snapshot.errors))
+        result = CycleResult(errors=list(self.snapshot.errors), search_stats=dict(self.search_stats))
         bound_jobs: set[str] = set()
         pipelined_jobs: set[str] = set()
         for t in self.binds:
@@ -359,6 +368,7 @@ class Session:
         result.nodes = self._node_gpus()
         if self.nodes.dra is not None:
             result.claims = self._claims()
+        result.scenario_search = list(self.search_outcomes)
         return result
 
     def _claims(self) -> list[ClaimAllocation]:

@@ -11,11 +11,17 @@ Fed by :meth:`SchedulerMetrics.record_cycle` (one call per cycle, from the :clas
 :class:`~kaisched.kube.writer.ClusterWriter` when a bind succeeds). Scheduler metrics: the latency gauges
 (e2e, open/close session, per plugin, per action), ``task_scheduling_latency_milliseconds`` (pod creation to
 bind decision), ``task_bind_latency_milliseconds``, ``podgroups_scheduled_by_action``,
-``pod_group_evicted_pods_total`` and the queue fair-share gauges. Queue-controller metrics (the queue
-controller runs in this process): ``queue_info``, ``queue_deserved_gpus``, ``queue_quota_cpu_cores``,
-``queue_quota_memory_bytes``, ``queue_allocated_gpus``, ``queue_allocated_cpu_cores``,
-``queue_allocated_memory_bytes``. KAI metrics that kaisched has nothing to feed with (usage-DB queries and
-queue usage, victim-scenario counters, preemption attempts, jobs considered per action) are not exported.
+``pod_group_evicted_pods_total``, the queue fair-share gauges, and KAI v0.17's scenario-search metrics:
+``scenario_search_jobs_total{action,result,reduced_budget}`` (one per job an eviction action searched victims
+for, from the cycle result's ``scenario_search``), ``scenario_search_action_budget_exhausted_total{action}``
+(an action whose budget ran out in a cycle) and the configured budgets
+``scenario_search_{action,job,generator}_budget_configured_seconds`` (:meth:`SchedulerMetrics.set_search_budgets`;
+0 = unlimited, as without ``scenarioSearchBudgets``). Queue-controller metrics (the queue controller runs in this
+process): ``queue_info``, ``queue_deserved_gpus``, ``queue_quota_cpu_cores``, ``queue_quota_memory_bytes``,
+``queue_allocated_gpus``, ``queue_allocated_cpu_cores``, ``queue_allocated_memory_bytes``. KAI metrics that
+kaisched has nothing to feed with (usage-DB queries and queue usage, victim-scenario counters and
+``scenario_search_duration_seconds`` / ``scenario_search_scenarios_total``, preemption attempts, jobs considered
+per action) are not exported.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kaisched.actions.registry import build_actions
+from kaisched.actions.search_budget import STOPPED_BY_ACTION
 from kaisched.cluster.memo import CycleMemo
-from kaisched.framework.config import SchedulerConfig
+from kaisched.framework.config import BUDGET_ACTIONS, BUDGET_DEFAULT, BUDGET_GENERATORS, SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.framework.session import Session
 from kaisched.k8s import constants as C
@@ -182,18 +189,36 @@ class SchedulerMetrics:
                                          ["queue_name"], namespace=ns, registry=reg)
         self.queue_allocated_memory = Gauge("queue_allocated_memory_bytes", "Memory bytes allocated to a queue",
                                             ["queue_name"], namespace=ns, registry=reg)
+        self.search_jobs = Counter("scenario_search_jobs_total", "Count of jobs considered by bounded scenario search.",
+                                   ["action", "result", "reduced_budget"], namespace=ns, registry=reg)
+        self.search_action_budget = Gauge("scenario_search_action_budget_configured_seconds",
+                                          "Configured action scenario search budget in seconds.", ["action"],
+                                          namespace=ns, registry=reg)
+        self.search_job_budget = Gauge("scenario_search_job_budget_configured_seconds",
+                                       "Configured per-job scenario search budget in seconds.", namespace=ns,
+                                       registry=reg)
+        self.search_generator_budget = Gauge("scenario_search_generator_budget_configured_seconds",
+                                             "Configured generator scenario search budget in seconds.", ["generator"],
+                                             namespace=ns, registry=reg)
+        self.search_action_exhausted = Counter("scenario_search_action_budget_exhausted_total",
+                                               "Count of action-level scenario search budget exhaustion events.",
+                                               ["action"], namespace=ns, registry=reg)
         self._queue_gauges = (self.fair_share_cpu, self.fair_share_memory, self.fair_share_gpu, self.queue_info,
                               self.queue_deserved_gpus, self.queue_quota_cpu, self.queue_quota_memory,
                               self.queue_allocated_gpus, self.queue_allocated_cpu, self.queue_allocated_memory)
         # exposed names of counters (Go style: exactly the declared name)
         self._counter_names = {f"{ns}_podgroups_scheduled_by_action": f"{ns}_podgroups_scheduled_by_action",
-                               f"{ns}_pod_group_evicted_pods": f"{ns}_pod_group_evicted_pods_total"}
+                               f"{ns}_pod_group_evicted_pods": f"{ns}_pod_group_evicted_pods_total",
+                               f"{ns}_scenario_search_jobs": f"{ns}_scenario_search_jobs_total",
+                               f"{ns}_scenario_search_action_budget_exhausted":
+                                   f"{ns}_scenario_search_action_budget_exhausted_total"}
         # label children, bound once
         self._plugin_children: dict[tuple[str, str], Any] = {}
         self._action_children: dict[str, Any] = {}
         self._scheduled_children: dict[str, Any] = {}
         self._evicted_children: dict[tuple[str, str, str, str, str], Any] = {}
         self._queue_children: dict[str, tuple[Any, ...]] = {}
+        self._search_children: dict[tuple[str, str, str], Any] = {}
 
     # ---- feeding --------------------------------------------------------------------------------------
     def record_cycle(self, result: CycleResult, timings: CycleTimings, lookup: Lookup | None = None,
@@ -224,6 +249,19 @@ class SchedulerMetrics:
         self._scheduled_by_action(result)
         self._evictions(result, lookup)
         self._queues(result)
+        self._scenario_search(result)
+
+    def set_search_budgets(self, config: SchedulerConfig) -> None:
+        """The configured-budget gauges of KAI's scenario search (seconds, 0 = unlimited): per eviction action in
+        the configuration, per job, and per generator (``default`` and KAI's two generators). Without
+        ``scenarioSearchBudgets`` every budget is unlimited."""
+        budgets = config.search_budgets
+        for action in BUDGET_ACTIONS:
+            if action in config.actions:
+                self.search_action_budget.labels(action).set(budgets.action_limit(action) if budgets else 0.0)
+        self.search_job_budget.set(budgets.job_limit() if budgets else 0.0)
+        for generator in (BUDGET_DEFAULT, *BUDGET_GENERATORS):
+            self.search_generator_budget.labels(generator).set(budgets.generator_limit(generator) if budgets else 0.0)
 
     def observe_bind(self, milliseconds: float) -> None:
         """One bind, from its decision to the API server's answer."""
@@ -265,6 +303,19 @@ class SchedulerMetrics:
             if child is None:
                 child = self._evicted_children[key] = self.evicted_pods.labels(*key)
             child.inc()
+
+    def _scenario_search(self, result: CycleResult) -> None:
+        exhausted: set[str] = set()
+        for outcome in result.scenario_search:
+            key = (outcome.action, outcome.result, "true" if outcome.reduced_budget else "false")
+            child = self._search_children.get(key)
+            if child is None:
+                child = self._search_children[key] = self.search_jobs.labels(*key)
+            child.inc()
+            if outcome.stopped_by == STOPPED_BY_ACTION:
+                exhausted.add(outcome.action)
+        for action in sorted(exhausted):  # (once per action and cycle: an action's budget runs out once)
+            self.search_action_exhausted.labels(action).inc()
 
     def _queues(self, result: CycleResult) -> None:
         seen: set[str] = set()

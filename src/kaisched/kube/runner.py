@@ -134,6 +134,7 @@ class KubeScheduler:
         self.parse_cache = ParseCache()
         self.owners = OwnerCache(api)
         self.metrics = SchedulerMetrics()
+        self.metrics.set_search_budgets(config)
         self.health = Health()
         self.planner = OperationPlanner()
         self.grouper = PodGrouperController(self.scheduler_name)

@@ -280,6 +280,15 @@ class ProportionPlugin(Plugin):
             key = keys[extra] = self._order_key(q, allocated, with_job, allocated)
         return key
 
+    def bound_key(self, queue: str, removed: Vec3, request: Vec3) -> tuple[object, ...]:
+        """:meth:`key` for the queue holding ``removed`` less, with a job asking ``request``. Every part of the
+        key is non-decreasing in both (over-used, not starved, the zero-share penalty, the dominant shares)."""
+        q = self.queues[queue]
+        a = q.allocated
+        used = [a[0] - removed[0], a[1] - removed[1], a[2] - removed[2]]
+        with_job = [used[0] + request[0], used[1] + request[1], used[2] + request[2]]
+        return self._order_key(q, used, with_job, used)
+
     def victim_key(self, queue: str, removed: Vec3, candidate: Vec3) -> tuple[object, ...]:
         """Victim queue order (spec 4.5): the criteria of :meth:`key` for a queue that *holds* its next
         victim candidate: "with the job" is the allocation less the victims already taken from it,
