@@ -80,6 +80,7 @@ from kaisched.k8s.parse import parse_objects
 from kaisched.kube.metrics import CycleTimings, timed_cycle
 from kaisched.model.snapshot import forget_cached_facts
 from kaisched.sim.engine import annotated_pod_group, bound_pod
+from kaisched.sim.scenario import split_quota
 
 SHAPES: Final = ("scale", "scale-full", "scale-steady")
 #: The configuration each shape's timed cycle runs (None: KAI's default action list).
@@ -153,13 +154,7 @@ def _pod(name: str, group: str, gpus: int, fraction: float | None, node_name: st
 
 def _split(total: int, weights: list[float]) -> list[int]:
     """``total`` split in proportion to ``weights`` into integers that sum to it (largest remainder)."""
-    s = sum(weights)
-    exact = [total * w / s for w in weights]
-    parts = [int(x) for x in exact]
-    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - parts[i]), i))
-    for i in order[: total - sum(parts)]:
-        parts[i] += 1
-    return parts
+    return split_quota(total, weights)
 
 
 def _queues(size: ScaleSize, total_gpus: int, rng: random.Random) -> tuple[list[Obj], list[str], list[int]]:
