@@ -68,7 +68,7 @@ def simulations_from_scratch() -> Iterator[None]:
     """Every simulation evicts all of its victims from the state the solver started from (nothing kept in
     place between simulations, the filter's jump vectorised from scratch), and the reclaim validator walks
     every chunk."""
-    with mock.patch.object(solver.VictimSolver, "warm_simulations", False), \
+    with mock.patch.object(solver.SHORTCUTS, "warm_simulations", False), \
             mock.patch.object(ReclaimRules, "by_totals", False):
         yield
 

@@ -1,4 +1,4 @@
-"""Victim scenarios proved to fail without simulating them (``VictimSolver.prove_failures``).
+"""Victim scenarios proved to fail without simulating them (``SHORTCUTS.prove_failures`` in kaisched.actions.solver).
 
 On a busy cluster most scenarios a preemptor P's search simulates fail the same way: the victims evicted on a
 node are ordered *before* P when the simulation places P and its victims again in job order (their queues, at
@@ -64,10 +64,12 @@ class ScenarioProof:
 
     __slots__ = (
         "_bound_key",
+        "_by_node",
         "_free_gpus",
         "_job_bounded",
         "_job_ok",
         "_key_cache",
+        "_node_verdicts",
         "_p_queue",
         "_p_request",
         "_paths",
@@ -81,7 +83,8 @@ class ScenarioProof:
     )
 
     def __init__(self, ssn: Session, preemptor: PodGroupInfo, tasks: list[TaskInfo], feasible: BoolArray,
-                 allowed: list[BoolArray], bound_key: BoundKey) -> None:
+                 allowed: list[BoolArray], bound_key: BoundKey, victims: list[PodGroupInfo]) -> None:
+        """``victims``: the solver's victim jobs (every scenario evicts some of their placed, settled pods)."""
         self.ssn = ssn
         self.tasks = tasks
         self.feasible = feasible
@@ -105,6 +108,17 @@ class ScenarioProof:
         self._whole_tasks: dict[str, bool] = {}
         self._key_cache: dict[tuple[object, ...], tuple[object, ...]] = {}
         self.proved = 0
+        # node -> its victims' pods per job; node -> whether every scenario on it fails
+        self._by_node: dict[int, dict[str, tuple[PodGroupInfo, list[TaskInfo]]]] = {}
+        for job in victims:
+            for t in job.tasks:
+                if t.node >= 0 and t.is_settled_active:
+                    entry = self._by_node.setdefault(t.node, {}).get(job.uid)
+                    if entry is None:
+                        self._by_node[t.node][job.uid] = (job, [t])
+                    else:
+                        entry[1].append(t)
+        self._node_verdicts: dict[int, bool] = {}
 
     @staticmethod
     def applies(ssn: Session, tasks: list[TaskInfo]) -> bool:
@@ -254,6 +268,9 @@ class ScenarioProof:
         node = evict[0].node
         if node < 0 or any(t.node != node for t in evict):
             return False
+        if self.node_fails(node):
+            self.proved += 1
+            return True
         by_job: dict[str, tuple[PodGroupInfo, list[TaskInfo]]] = {}
         for t in evict:
             job = t.job
@@ -269,22 +286,19 @@ class ScenarioProof:
         self.proved += 1
         return True
 
-    def fails_everywhere(self, victims: list[PodGroupInfo]) -> bool:
-        """Every scenario with one node's victims (of ``victims``' pods) is bound to fail: each is a subset of
-        that node's victims, and the proof for all of them holds for every subset (fewer victims below ``B'``
-        ask less and hold less; fewer below ``A'`` leave it more, or P's request; fewer victims leave P less
-        room)."""
-        by_node: dict[int, dict[str, tuple[PodGroupInfo, list[TaskInfo]]]] = {}
-        for job in victims:
-            for t in job.tasks:
-                if t.node >= 0 and t.is_settled_active:
-                    by_job = by_node.setdefault(t.node, {})
-                    entry = by_job.get(job.uid)
-                    if entry is None:
-                        by_job[job.uid] = (job, [t])
-                    else:
-                        entry[1].append(t)
-        return all(self._node_fails(node, by_node[node]) for node in sorted(by_node))
+    def fails_everywhere(self) -> bool:
+        """Every scenario with one node's victims is bound to fail (:meth:`node_fails` for every node)."""
+        return all(self.node_fails(node) for node in sorted(self._by_node))
+
+    def node_fails(self, node: int) -> bool:
+        """Every scenario with victims of ``node`` only is bound to fail: each is a subset of the node's victims,
+        and the proof for all of them holds for every subset (fewer victims below ``B'`` ask less and hold less;
+        fewer below ``A'`` leave it more, or P's request; fewer victims leave P less room). Once per node."""
+        known = self._node_verdicts.get(node)
+        if known is None:
+            by_job = self._by_node.get(node)
+            known = self._node_verdicts[node] = by_job is not None and self._node_fails(node, by_job)
+        return known
 
     def _node_fails(self, node: int, by_job: dict[str, tuple[PodGroupInfo, list[TaskInfo]]]) -> bool:
         # (the GPU devices a victim frees at most: whole ones, or each shared device it is on)
@@ -294,4 +308,4 @@ class ScenarioProof:
         back = [tasks for uid in self._first(by_job) for job, tasks in (by_job[uid],)
                 if self._job_comes_back(job) and all(self._comes_back(t, node) for t in tasks)]
         back_gpus = float(sum(t.devices for tasks in back for t in tasks))
-        return bool(back_gpus) and self._p_fails(node, back_gpus, total - back_gpus)
+        return self._p_fails(node, back_gpus, total - back_gpus)

@@ -65,13 +65,21 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+class SearchShortcuts:
+    """The victim search's shortcuts that tests and benchmarks turn off to compare with the plain search (one
+    module-level instance, :data:`SHORTCUTS`: a compiled class's attributes cannot be patched, an instance's can)."""
+
+    def __init__(self) -> None:
+        #: keep evictions from one simulation to the next where exact (see the module doc)
+        self.warm_simulations = True
+        #: skip the scenarios :class:`~kaisched.actions.proofs.ScenarioProof` proves to fail
+        self.prove_failures = True
+
+
+SHORTCUTS = SearchShortcuts()
+
+
 class VictimSolver:
-    #: keep evictions from one simulation to the next where exact (see the module doc); tests compare it with
-    #: simulating every scenario from scratch
-    warm_simulations = True
-    #: skip the scenarios :class:`~kaisched.actions.proofs.ScenarioProof` proves to fail; tests compare it with
-    #: simulating them
-    prove_failures = True
 
     def __init__(
         self,
@@ -493,7 +501,7 @@ class VictimSolver:
         budget = self.budget
         self.partial_solves += 1
         proof = self._proof(tasks, recorded, feasible)
-        if proof is not None and proof.fails_everywhere(self.victim_jobs):
+        if proof is not None and proof.fails_everywhere():
             # no single node's victims can make room: only the scenario without victims may solve it
             self.proved_everywhere += 1
             scenarios = itertools.islice(scenarios, 1)
@@ -513,10 +521,11 @@ class VictimSolver:
         """Proofs of failure for this partial job's scenarios, where they can prove anything (kaisched.actions.proofs):
         simulated from scratch, no recorded victims, victims that may stay evicted, proportion's queue order."""
         order = self.ssn.queue_order
-        if (not self.prove_failures or recorded or self._warm is not None or self.moves_only or order is None
+        if (not SHORTCUTS.prove_failures or recorded or self._warm is not None or self.moves_only or order is None
                 or not ScenarioProof.applies(self.ssn, tasks)):
             return None
-        return ScenarioProof(self.ssn, self.preemptor, tasks, feasible, self._allowed_nodes(tasks), order.bound_key)
+        return ScenarioProof(self.ssn, self.preemptor, tasks, feasible, self._allowed_nodes(tasks), order.bound_key,
+                             self.victim_jobs)
 
     def _scenarios(self, tasks: list[TaskInfo], recorded: list[TaskInfo], feasible: BoolArray
                    ) -> Iterator[list[TaskInfo]]:
@@ -645,7 +654,7 @@ class VictimSolver:
         if not tasks:
             return None
         base = stmt.checkpoint()
-        if self.warm_simulations and len(tasks) > 1 and not self.moves_only and exact_accounting(self.ssn):
+        if SHORTCUTS.warm_simulations and len(tasks) > 1 and not self.moves_only and exact_accounting(self.ssn):
             nodes = self.ssn.nodes
             self._start_free = nodes.idle[GPU] + nodes.releasing[GPU]
             self._start_feasible = {True: (self._start_free + nodes.shared.free_sum) > 1e-9,

@@ -1,4 +1,4 @@
-"""Warm victim simulations (``VictimSolver.warm_simulations``, see :mod:`kaisched.actions.solver`).
+"""Warm victim simulations (``SHORTCUTS.warm_simulations``, see :mod:`kaisched.actions.solver`).
 
 Incremental solving simulates the first k tasks of a preemptor for k = 1, 2, ...; the k-th simulation evicts
 the (k-1)-th solution's victims and then some. :class:`WarmEvictions` keeps a simulation's evictions in the
@@ -84,7 +84,7 @@ class RecordedVictims:
 
 
 class WarmEvictions:
-    """The evictions a solver keeps in place from one simulation to the next (``VictimSolver.warm_simulations``).
+    """The evictions a solver keeps in place from one simulation to the next (``SHORTCUTS.warm_simulations``).
 
     Statement operation ``base + i`` evicts ``tasks[i]``; after a simulation the statement is rolled back to
     those evictions (:meth:`settle`) before the solver reads anything. Kept alongside, in eviction order: the
