@@ -54,6 +54,7 @@ helm:
 test: lint typecheck helm unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/python -m benchmarks.dra --smoke
+	$(BIN)/python -m benchmarks.busy --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 
 # the benchmarks on the core kaisched ships (compiled with mypyc, docs/performance.md); `.venv/bin/python -m

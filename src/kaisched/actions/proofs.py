@@ -1,35 +1,40 @@
 """Victim scenarios proved to fail without simulating them (``SHORTCUTS.prove_failures`` in kaisched.actions.solver).
 
-On a busy cluster most scenarios a preemptor P's search simulates fail the same way: the victims evicted on a
-node are ordered *before* P when the simulation places P and its victims again in job order (their queues, at
-the level where their path and P's part, win the queue order), so they take their room back before P is tried,
-and P finds nothing. :class:`ScenarioProof` recognises these scenarios from amounts alone, exactly: it says a
-scenario fails only when the simulation is bound to fail, so skipping it leaves every decision as it was.
+On a busy cluster most scenarios a preemptor P's search simulates fail the same way: victims evicted on a node
+are ordered *before* P when the simulation places P and its victims again in job order (their queue, at the
+level where its path and P's part, wins the queue order), so they take their room back before P is tried, and P
+finds nothing. :class:`ScenarioProof` recognises these scenarios from amounts alone, exactly: it says a
+scenario fails only when its simulation is bound to fail, so skipping it leaves every decision as it was (the
+property tests compare with simulating every scenario).
 
-A scenario of the first partial job (no recorded victims: every victim on one node ``n``) is proved to fail when
-all of the following hold.
+A scenario of the first partial job (no recorded victims: every victim on one node ``n``) fails when some task of
+P fits on no node of the simulation when P's turn comes. What each victim job V does before that:
 
-1. **Every victim pops before P.** For each victim job V, let ``(A', B')`` be the children of the lowest common
-   ancestor of P's queue and V's queue on P's side and on V's side (the two top-level queues when there is none).
-   The simulation's job queue keeps, per tree node, the key of the queue with the job a pop through it would
-   return; proportion's key is non-decreasing in the queue's allocation and in that job's request (every part:
-   over-used, not starved, zero-share penalty, dominant shares). Before P is popped, only victims are placed again,
-   so ``B'`` holds at most what it holds now and its jobs ask at most their evicted pods; ``A'`` holds at least
-   what it holds now less the scenario's victims below it, and its jobs ask at least P's request (nothing, when
-   victims are below it too). When ``B'``'s largest possible key is below ``A'``'s smallest, ``B'`` wins every pop
-   while it has jobs, so all its victims pop before P.
-2. **Every victim is placed again when it pops** (so none leaves its room to P): its pods ask whole GPUs and no
-   shared device, DRA claim, host port or pod affinity, no pod of the session constrains placement by labels, its
-   job has no pending pod besides the evicted ones, the queue capacity check passes for its pods even on top of
-   what its queue holds now, the pre-predicates and node predicates admit them on ``n`` — and ``n`` always has room
-   for a victim: only victims from ``n`` come back before P, and it holds each one's resources until then.
-3. **Then some task of P fits nowhere.** The simulation tries P on ``n``, then on the feasible nodes. A feasible
-   node other than ``n`` has at P's turn no more than it has now (victims only arrive there): the task must not
-   fit one of them now. ``n`` has its idle and releasing GPUs plus what the victims moved elsewhere left, at most
-   the victims' GPUs and at most what the other feasible nodes have free: the task asks more whole GPUs than that.
+1. **Bound to pop before P** (the set S). Let ``(A', B')`` be the children of the lowest common ancestor of P's
+   queue and V's queue on P's side and on V's (the two top-level queues when there is none). The simulation's
+   job queue compares, at each tree node, proportion's key of the queue with the job a pop through it would
+   return; every part of the key (over-used, not starved, zero-share penalty, dominant shares) is non-decreasing
+   in the queue's allocation and in that job's request (``QueueOrder.bound_key``). Before P pops only victims
+   are placed again. While ``B'`` has a job j to pop it holds at most what it holds now less j's evicted pods (at
+   least its smallest), and with j at most what it holds now — provided its victim jobs cannot come back with
+   more than they had (no pending pod, whole GPUs). ``A'`` holds at least what it holds now less the scenario's
+   victims below it, and its job is P or one of those victims not bound to pop after P (asking at least its
+   smallest pod). When ``B'``'s largest key is below ``A'``'s smallest, ``B'`` wins every pop while it has jobs.
+2. **Placed again when it pops**, for the jobs of S: its pods ask whole GPUs and no shared device, DRA claim, host
+   port or pod affinity, no pod of the session constrains placement by labels, the queue capacity check passes
+   for its pods even on top of what its queue holds now, the pre-predicates and node predicates admit them on
+   ``n`` — and ``n`` has room for each: only victims from ``n`` come back before P.
+3. **P then**: a feasible node other than ``n`` has no more room at P's turn than now (victims only arrive
+   there), so the task must not fit one of them now; ``n`` has at most its idle and releasing GPUs, plus the GPU
+   devices of the victims not in S, plus those of S that went elsewhere (at most what the other feasible nodes
+   have free): the task asks more whole GPUs than that, or ``n`` is closed to it.
 
-Anything else (recorded victims, warm simulations, consolidation's moves, fractional or DRA pods, victims in P's
-own queue, a queue order without :meth:`QueueOrder.bound_key`) is simulated as before.
+A proof for all of a node's victims holds for every subset of them (fewer victims below ``B'`` hold and ask less,
+fewer below ``A'`` leave it more, fewer victims leave P less room), so each node is judged once per partial job
+(:meth:`ScenarioProof.node_fails`) and a scenario is looked up by its node; when every node is judged so,
+only the scenario without victims is left to simulate (:meth:`ScenarioProof.fails_everywhere`). Anything else
+(recorded victims, warm simulations, consolidation's moves, fractional or DRA preemptors, a queue order without
+``bound_key``) is simulated as before.
 """
 
 from __future__ import annotations
