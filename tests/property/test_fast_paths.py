@@ -40,6 +40,18 @@ from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTING
 from tests.unit.builders import Obj, job, node, pod, pod_group, queue
 
 
+@contextmanager
+def shortcut_off(name: str) -> Iterator[None]:
+    """One of the victim search's shortcuts (``solver.SHORTCUTS``) off, restored after (set, not patched: the
+    compiled core's instance cannot have an attribute deleted, as ``mock.patch`` does)."""
+    before = getattr(solver.SHORTCUTS, name)
+    setattr(solver.SHORTCUTS, name, False)
+    try:
+        yield
+    finally:
+        setattr(solver.SHORTCUTS, name, before)
+
+
 def decide_alike(cluster: Cluster, actions: str | None, plain: Callable[[], AbstractContextManager[None]]) -> None:
     """The cluster is scheduled exactly alike with the shortcuts and inside ``plain()`` (without them)."""
     fast = schedule(cluster, actions)
@@ -68,8 +80,7 @@ def simulations_from_scratch() -> Iterator[None]:
     """Every simulation evicts all of its victims from the state the solver started from (nothing kept in
     place between simulations, the filter's jump vectorised from scratch), and the reclaim validator walks
     every chunk."""
-    with mock.patch.object(solver.SHORTCUTS, "warm_simulations", False), \
-            mock.patch.object(ReclaimRules, "by_totals", False):
+    with shortcut_off("warm_simulations"), mock.patch.object(ReclaimRules, "by_totals", False):
         yield
 
 

@@ -5,32 +5,27 @@ simulated; on issue 21's busy shape each proof stands for a failed simulation, t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kaisched
-from kaisched.actions import solver
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.result import CycleResult
 from kaisched.framework.session import rfc3339
 from kaisched.k8s.parse import parse_objects
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, SETTINGS, eviction_clusters
-from tests.property.test_fast_paths import decide_alike
+from tests.property.test_fast_paths import decide_alike, shortcut_off
 from tests.unit.builders import NOW, Obj, node, pod, pod_group, queue
 
 PROOF_SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PRIORITY_CLASSES = ("train", "train", "train", "build-preemptible", "build")
 
 
-@contextmanager
-def every_scenario_simulated() -> Iterator[None]:
-    with mock.patch.object(solver.SHORTCUTS, "prove_failures", False):
-        yield
+def every_scenario_simulated() -> AbstractContextManager[None]:
+    return shortcut_off("prove_failures")
 
 
 @st.composite

@@ -34,7 +34,7 @@ fewer below ``A'`` leave it more, fewer victims leave P less room), so each node
 (:meth:`ScenarioProof.node_fails`) and a scenario is looked up by its node; when every node is judged so,
 only the scenario without victims is left to simulate (:meth:`ScenarioProof.fails_everywhere`). Anything else
 (recorded victims, warm simulations, consolidation's moves, fractional or DRA preemptors, a queue order without
-``bound_key``) is simulated as before.
+``bound_key``, amounts that are not exact floats — ``exact_accounting``) is simulated as before.
 """
 
 from __future__ import annotations

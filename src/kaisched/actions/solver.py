@@ -519,10 +519,12 @@ class VictimSolver:
 
     def _proof(self, tasks: list[TaskInfo], recorded: list[TaskInfo], feasible: BoolArray) -> ScenarioProof | None:
         """Proofs of failure for this partial job's scenarios, where they can prove anything (kaisched.actions.proofs):
-        simulated from scratch, no recorded victims, victims that may stay evicted, proportion's queue order."""
+        simulated from scratch, no recorded victims, victims that may stay evicted, proportion's queue order, and
+        exact amounts (``exact_accounting``: the allocations the bounds subtract are the very floats the
+        simulation reaches, never below zero)."""
         order = self.ssn.queue_order
         if (not SHORTCUTS.prove_failures or recorded or self._warm is not None or self.moves_only or order is None
-                or not ScenarioProof.applies(self.ssn, tasks)):
+                or not ScenarioProof.applies(self.ssn, tasks) or not exact_accounting(self.ssn)):
             return None
         return ScenarioProof(self.ssn, self.preemptor, tasks, feasible, self._allowed_nodes(tasks), order.bound_key,
                              self.victim_jobs)
