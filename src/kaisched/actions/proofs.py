@@ -58,6 +58,12 @@ Vec3 = list[float]
 BoundKey = Callable[[str, Vec3, Vec3], tuple[object, ...]]
 
 
+def _whole_ask(t: TaskInfo) -> bool:
+    """A pod of P the proof reasons about: whole GPUs (at least one), no shared device, no DRA claim."""
+    g = float(t.req[GPU])
+    return not t.gpu.shared and not t.claims and g >= 1 and g == int(g)
+
+
 def _smallest(jobs: list[tuple[PodGroupInfo, list[TaskInfo]]]) -> Vec3:
     """Per resource, the least any of the jobs' pods asks."""
     vectors = [t.quota_vector() for _, tasks in jobs for t in tasks]
@@ -70,6 +76,7 @@ class ScenarioProof:
     __slots__ = (
         "_bound_key",
         "_by_node",
+        "_feasible_free",
         "_free_gpus",
         "_job_bounded",
         "_job_ok",
@@ -99,13 +106,16 @@ class ScenarioProof:
         nodes = ssn.nodes
         self._free_gpus = nodes.idle[GPU] + nodes.releasing[GPU]
         # per task of P: the feasible nodes where it fits now (None: a task this proof cannot reason about)
-        self._task_fits: list[tuple[float, BoolArray, BoolArray] | None] = []
+        self._feasible_free = float(self._free_gpus[feasible].sum())
+        # per task of P: its GPUs, the feasible nodes where it fits now and how many, the nodes its static
+        # predicates allow (None: a task this proof cannot reason about)
+        self._task_fits: list[tuple[float, BoolArray, int, BoolArray] | None] = []
         for t, ok in zip(tasks, allowed, strict=True):
-            g = float(t.req[GPU])
-            if t.gpu.shared or t.claims or g < 1 or g != int(g):
+            if not _whole_ask(t):
                 self._task_fits.append(None)
                 continue
-            self._task_fits.append((g, nodes.fits_task(t, with_releasing=True) & ok & feasible, ok))
+            fits = nodes.fits_task(t, with_releasing=True) & ok & feasible
+            self._task_fits.append((float(t.req[GPU]), fits, int(np.count_nonzero(fits)), ok))
         self._paths: dict[str, list[str]] = {}
         self._task_ok: dict[str, bool] = {}
         self._job_ok: dict[str, bool] = {}
@@ -131,7 +141,7 @@ class ScenarioProof:
         labels (a victim's way back could depend on the pods around it)."""
         if ssn.labels_constrain_placement:
             return False
-        return any(not t.gpu.shared and not t.claims and t.req[GPU] >= 1 for t in tasks)
+        return any(_whole_ask(t) for t in tasks)
 
     # ---- 1. the order ----------------------------------------------------------------------------------
     def _path(self, queue: str) -> list[str]:
@@ -251,14 +261,14 @@ class ScenarioProof:
     def _p_fails(self, node: int, back_gpus: float, other_gpus: float) -> bool:
         """Some task of P fits on no node of the simulation's mask when P's turn comes (see the module doc):
         ``back_gpus`` are those of the victims bound to come back before P, ``other_gpus`` the other victims'."""
-        feasible, free = self.feasible, self._free_gpus
-        others = float(free[feasible].sum()) - (float(free[node]) if feasible[node] else 0.0)
+        free = self._free_gpus
+        others = self._feasible_free - (float(free[node]) if self.feasible[node] else 0.0)
         room = float(free[node]) + other_gpus + min(back_gpus, others)
         for entry in self._task_fits:
             if entry is None:
                 continue
-            g, fits, allowed = entry
-            if int(np.count_nonzero(fits)) - (1 if fits[node] else 0) > 0:
+            g, fits, count, allowed = entry
+            if count - (1 if fits[node] else 0) > 0:
                 continue  # it fits on another feasible node now
             if bool(allowed[node]) and g <= room + 1e-9:
                 continue  # ``node`` may have room for it
