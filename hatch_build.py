@@ -10,6 +10,11 @@ development environment) stay interpreted: an edited source is never shadowed by
 ``KAISCHED_PURE_PYTHON=1`` builds the pure-Python wheel instead (no C compiler needed; the same decisions, about
 half the speed). Without it a failed compilation fails the build, with mypyc's log, rather than shipping the slow
 core silently.
+
+What the compilation needs (:meth:`CompiledCoreHook.dependencies`: the runtime dependencies, the ``sim`` extra's and
+the dev extra's mypy, stubs and setuptools) pip installs into an isolated build environment; ``make`` and the
+image's build stage build without isolation instead, in an environment installed from requirements/dev.txt, so
+the compiler and everything it checks against are the locked versions.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 PURE_PYTHON_ENV = "KAISCHED_PURE_PYTHON"
-# what mypyc needs on top of the project's own dependencies: the compiler itself and the stubs it type-checks
-# against, as pinned in the dev extra, and setuptools (mypyc builds its C extensions with it)
-DEV_BUILD_TOOLS = frozenset({"mypy", "types-pyyaml"})
-SETUPTOOLS = "setuptools>=65"
+# what mypyc needs on top of the project's own dependencies, as pinned in the dev extra: the compiler itself, the
+# stubs it type-checks against, and setuptools (mypyc builds its C extensions with it)
+DEV_BUILD_TOOLS = frozenset({"mypy", "types-pyyaml", "setuptools"})
+# extras whose packages the compiled modules are type-checked against though a plain install lacks them: the
+# simulator's report imports matplotlib (lazily, so a wheel without the sim extra still imports)
+TYPE_CHECKED_EXTRAS = ("sim",)
 
 
 class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
@@ -42,9 +49,10 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
     def dependencies(self) -> list[str]:
         if self._pure():
             return []
-        dev = self.metadata.core.optional_dependencies.get("dev", [])
-        tools = [r for r in dev if canonicalize_name(Requirement(r).name) in DEV_BUILD_TOOLS]
-        return [*self.metadata.core.dependencies, *tools, SETUPTOOLS]
+        extras = self.metadata.core.optional_dependencies
+        tools = [r for r in extras.get("dev", []) if canonicalize_name(Requirement(r).name) in DEV_BUILD_TOOLS]
+        checked = [r for extra in TYPE_CHECKED_EXTRAS for r in extras.get(extra, [])]
+        return [*self.metadata.core.dependencies, *checked, *tools]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel" or version == "editable" or self._pure():

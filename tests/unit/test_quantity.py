@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from lightkube.utils.quantity import parse_quantity as lightkube_parse_quantity
 
 from kaisched.k8s.quantity import QuantityError, cpu_millis, parse_duration, parse_quantity, to_canonical
 
@@ -65,6 +68,30 @@ def test_parse_quantity_rejects_malformed_strings(bad: str) -> None:
 def test_parse_quantity_rejects_non_quantities(bad: object) -> None:
     with pytest.raises(QuantityError, match="invalid quantity"):
         parse_quantity(bad)  # type: ignore[arg-type]
+
+
+# suffixes lightkube's parser reads as Kubernetes does: those of a whole number of millis (the ``m`` suffix and
+# the negative exponent only on whole numbers, see _exact_for_lightkube), within its 28 significant digits
+_SHARED_SUFFIXES = ["", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "e0", "e3", "e+6", "m", "e-3"]
+
+
+@st.composite
+def _exact_for_lightkube(draw: st.DrawFn) -> str:
+    suffix = draw(st.sampled_from(_SHARED_SUFFIXES))
+    whole = draw(st.integers(0, 10**6))
+    fractions = st.sampled_from(["", "."]) | st.from_regex(r"\.[0-9]{1,3}", fullmatch=True)
+    fraction = "" if suffix in {"m", "e-3"} else draw(fractions)
+    return f"{draw(st.sampled_from(['', '+', '-']))}{whole}{fraction}{suffix}"
+
+
+@given(_exact_for_lightkube())
+def test_agrees_with_lightkube_where_its_grammar_is_kubernetes(text: str) -> None:
+    # lightkube.utils.quantity parses a different grammar (see kaisched.k8s.quantity's docstring); where the two
+    # meet and it rounds nothing, its exact Decimal and this module's float are the same number
+    expected = lightkube_parse_quantity(text)
+    assert expected is not None
+    assert parse_quantity(text) == float(expected)
+    assert cpu_millis(text) == float(expected.scaleb(3))
 
 
 def test_quantity_error_is_a_value_error_with_a_clear_message() -> None:

@@ -5,6 +5,14 @@ optional suffix, either binary SI (``Ki Mi Gi Ti Pi Ei``), decimal SI (``n u m k
 decimal exponent (``e3``, ``E-2``). ``1E`` is one exa, ``1E3`` is one thousand. Values are computed
 exactly (with :class:`~decimal.Decimal`) and only then rounded to a float, so ``"100m"`` is 100.0
 millicores, not 100.00000000000001.
+
+Why not ``lightkube.utils.quantity.parse_quantity`` (lightkube is a dependency anyway): it parses another
+grammar than the API server's. It rejects the ``n`` and ``u`` suffixes, the upper-case exponent and a sign
+before a bare fraction (``"250u"``, ``"2E3"``, ``"+.5"``); it accepts suffixes Kubernetes refuses (``Z``, ``Y``,
+``Zi``, ``Yi``) and digits other than ASCII ones; it rounds every value up to a thousandth (``"0.0001"`` becomes
+0.001: 100 micro-cores would read as 1 millicore) and fails above about 1e25. Where the grammars agree and
+nothing is rounded, both give the same numbers (tests/unit/test_quantity.py checks it) at the same speed (about
+1.5 µs a string, uncached); so the grammar stays here, exact, with error messages that name the value.
 """
 
 from __future__ import annotations

@@ -2,6 +2,14 @@
 
 Everything that waits is injectable: the random source (seed it for reproducible delays), the sleep
 (a ``threading.Event.wait`` makes a backoff interruptible by a stop signal) and the clock.
+
+Hand-written on purpose, not ``tenacity`` or ``backoff`` (neither is a dependency; each would be one for about
+twenty lines): a :class:`Backoff` is a state shared across calls, not a decorator around one. An informer keeps
+one and waits its delays out itself on its stop event (``next_delay()``), a failure long after the
+previous one starts over as client-go's backoff manager does (``reset_after``), a server's ``retryAfterSeconds``
+is a lower bound of the next delay, and the jitter stretches the delay by up to a fraction from a seedable
+per-instance random source (those libraries draw full or additive jitter from the global ``random`` module), so
+tests and simulations replay the same delays.
 """
 
 from __future__ import annotations
