@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from rich.console import Console
 
 from kaisched.cli import cli
@@ -24,7 +24,7 @@ TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "err
 NOW = "2025-01-01T12:00:00Z"
 
 
-def invoke(*args: str):
+def invoke(*args: str) -> Result:
     return CliRunner().invoke(cli, ["schedule", *args])
 
 
@@ -110,22 +110,23 @@ def test_directory_input(tmp_path, clean_input):
     assert len(json.loads(result.output)["binds"]) == 2
 
 
-def test_missing_file_is_listed_as_error(tmp_path):
-    missing = tmp_path / "nope.yaml"
-    result = invoke("-f", str(missing), "-o", "json", "--now", NOW)
-    assert result.exit_code == 1
-    assert result.exception is None or isinstance(result.exception, SystemExit)
+@pytest.mark.parametrize("name", ["nope.yaml", "no-such-dir/"])
+def test_a_missing_path_is_a_usage_error(tmp_path, name):
+    missing = str(tmp_path / name)
+    result = invoke("-f", missing, "-o", "json", "--now", NOW)
+    assert result.exit_code == 2
+    assert result.stdout == ""  # nothing scheduled, nothing printed
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert error == f"Error: Invalid value for '-f' / '--filename': Path {missing!r} does not exist."
     assert "Traceback" not in result.output
-    data = json.loads(result.output)
-    assert data["errors"] == [{"object": f"file {missing}", "field": "", "message": "no such file or directory"}]
 
 
-def test_missing_file_does_not_stop_other_files(tmp_path, clean_input):
-    result = invoke("-f", str(tmp_path / "nope.yaml"), "-f", str(clean_input), "-o", "json", "--now", NOW)
-    assert result.exit_code == 1
-    data = json.loads(result.output)
-    assert len(data["binds"]) == 2
-    assert len(data["errors"]) == 1
+def test_a_missing_path_stops_the_command_even_beside_good_files(tmp_path, clean_input):
+    missing = tmp_path / "nope.yaml"
+    result = invoke("-f", str(clean_input), "-f", str(missing), "--now", NOW)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert str(missing) in result.stderr
 
 
 def test_malformed_yaml_names_file_and_line(tmp_path):
@@ -318,3 +319,70 @@ def test_gpu_sharing_example_fits_120_columns():
     out = _render(result, 120)
     assert max(len(line) for line in out.splitlines()) <= 120
     assert "gpu-a: 95% (team-a/nb-1, team-a/nb-2, team-a/nb-running)" in out  # one line, not folded
+
+
+def test_standard_input_is_read_for_dash(clean_input):
+    result = CliRunner().invoke(cli, ["schedule", "-f", "-", "-o", "json", "--now", NOW],
+                                input=clean_input.read_text())
+    assert result.exit_code == 0, result.output
+    from_file = json.loads(invoke("-f", str(clean_input), "-o", "json", "--now", NOW).stdout)
+    assert json.loads(result.stdout) == from_file
+
+
+def test_standard_input_combines_with_files(tmp_path):
+    cluster = tmp_path / "nodes.yaml"
+    cluster.write_text(yaml.safe_dump_all(flatten(node("n1", 8), queue("q"))))
+    workload = yaml.safe_dump_all(flatten(job("gang", 2, gpus=4)))
+    for args in (["-f", str(cluster), "-f", "-"], ["-f", "-", "-f", str(cluster)]):
+        result = CliRunner().invoke(cli, ["schedule", *args, "-o", "json", "--now", NOW], input=workload)
+        assert result.exit_code == 0, result.output
+        assert {b["pod"]: b["node"] for b in json.loads(result.stdout)["binds"]} == {
+            "default/gang-0": "n1", "default/gang-1": "n1"}
+
+
+def test_standard_input_as_json_and_kind_list(clean_input):
+    objects = list(yaml.safe_load_all(clean_input.read_text()))
+    as_list = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    result = CliRunner().invoke(cli, ["schedule", "-f", "-", "-o", "json", "--now", NOW], input=as_list)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["binds"]) == 2
+
+
+def test_bad_standard_input_is_an_input_error_naming_it():
+    result = CliRunner().invoke(cli, ["schedule", "-f", "-", "-o", "json", "--now", NOW],
+                                input="kind: Node\nmetadata: {name: [a\n")
+    assert result.exit_code == 1
+    [error] = json.loads(result.stdout)["errors"]
+    assert error["object"] == "standard input"
+    assert error["message"].startswith("invalid YAML at line 3")
+
+
+def test_standard_input_that_is_not_text_is_an_input_error():
+    result = CliRunner().invoke(cli, ["schedule", "-f", "-", "-o", "json", "--now", NOW], input=b"\xff\xfe\x00bad")
+    assert result.exit_code == 1, result.output
+    [error] = json.loads(result.stdout)["errors"]
+    assert error["object"] == "standard input"
+    assert error["message"].startswith("cannot read: 'utf-8' codec can't decode byte 0xff")
+
+
+def test_standard_input_can_be_named_once(clean_input):
+    result = CliRunner().invoke(cli, ["schedule", "-f", "-", "-f", str(clean_input), "-f", "-"], input="")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "'-' (standard input) can be given only once" in result.stderr
+
+
+def test_a_config_directory_is_a_usage_error(tmp_path, clean_input):
+    result = invoke("-f", str(clean_input), "--config", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert f"Error: Invalid value for '--config': File {str(tmp_path)!r} is a directory." in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--kubeconfig", "--config"])
+def test_run_with_a_missing_file_is_a_usage_error(tmp_path, option):
+    missing = str(tmp_path / "nope")
+    result = CliRunner().invoke(cli, ["run", option, missing])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert f"Error: Invalid value for '{option}': File {missing!r} does not exist." in result.stderr

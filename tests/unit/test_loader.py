@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from kaisched.k8s import load_documents, load_objects
 
@@ -207,3 +211,79 @@ def test_kubectl_list_output(tmp_path: Path) -> None:
     assert parsed.errors == []
     assert [(n.meta.name, n.allocatable["cpu"]) for n in parsed.nodes] == [("n1", 7500.0)]
     assert [(p.meta.name, p.containers[0].requests["cpu"]) for p in parsed.pods] == [("p1", 2000.0)]
+
+
+def test_dash_reads_standard_input_in_its_place_among_the_paths(tmp_path: Path) -> None:
+    before = write(tmp_path / "a.yaml", NODE_YAML.format(name="n1"))
+    after = write(tmp_path / "b.yaml", NODE_YAML.format(name="n3"))
+    stdin = io.StringIO(NODE_YAML.format(name="n2") + "---\n" + POD_YAML.format(name="p1"))
+    docs, errors = load_documents([before, "-", after], stdin=stdin)
+    assert errors == []
+    assert [d["metadata"]["name"] for d in docs] == ["n1", "n2", "p1", "n3"]
+
+
+def test_standard_input_defaults_to_sys_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(QUEUE_YAML.format(name="q1")))
+    parsed = load_objects(["-"])
+    assert parsed.errors == [] and [q.meta.name for q in parsed.queues] == ["q1"]
+
+
+def test_standard_input_is_read_once() -> None:
+    stdin = io.StringIO(NODE_YAML.format(name="n1"))
+    docs, errors = load_documents(["-", "-"], stdin=stdin)
+    assert errors == [] and len(docs) == 1  # the second '-' finds it at its end
+
+
+def test_standard_input_holds_json_a_json_list_or_a_kind_list() -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    for text in (json.dumps(node), json.dumps([node, None]), json.dumps({"kind": "List", "items": [node]}, indent=2),
+                 "\n  " + json.dumps(node)):
+        parsed = load_objects(["-"], stdin=io.StringIO(text))
+        assert parsed.errors == [], text
+        assert [n.meta.name for n in parsed.nodes] == ["n1"]
+    parsed = load_objects(["-"], stdin=io.StringIO(KUBECTL_LIST_YAML))  # kubectl get -o yaml
+    assert parsed.errors == [] and [p.meta.name for p in parsed.pods] == ["p1"]
+
+
+def test_flow_style_yaml_on_standard_input_is_not_taken_for_json() -> None:
+    docs, errors = load_documents(["-"], stdin=io.StringIO("{kind: Node, metadata: {name: n1}}\n---\nkind: Pod\n"))
+    assert errors == []
+    assert [d["kind"] for d in docs] == ["Node", "Pod"]
+
+
+def test_errors_on_standard_input_name_it() -> None:
+    _, errors = load_documents(["-"], stdin=io.StringIO('{"kind": "Node",\n "metadata": {"name": "n1"}\n'))
+    assert [e.to_dict() for e in errors] == [{"object": "standard input", "field": "",
+                                              "message": "invalid JSON at line 3, column 1: Expecting ',' delimiter"}]
+    _, errors = load_documents(["-"], stdin=io.StringIO("kind: Pod\nmetadata:\n  name: a\n   bad: x\n"))
+    (error,) = errors
+    assert error.object == "standard input"
+    assert error.message.startswith("invalid YAML at line 4, column 7 (document 1)")
+    _, errors = load_documents(["-"], stdin=io.StringIO("- 3\n"))
+    assert [(e.object, e.message) for e in errors] == [
+        ("standard input", "document 1, item 0: expected an object (a mapping), got a number")]
+
+
+def test_unreadable_standard_input() -> None:
+    closed = io.StringIO("kind: Node")
+    closed.close()
+    docs, errors = load_documents(["-"], stdin=closed)
+    assert docs == []
+    (error,) = errors
+    assert (error.object, error.field) == ("standard input", "")
+    assert error.message.startswith("cannot read: ")
+
+
+def test_standard_input_that_is_not_utf8() -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(b"\xff\xfe\x00bad"), encoding="utf-8", errors="surrogateescape")
+    docs, errors = load_documents(["-"], stdin=stdin)
+    assert docs == []
+    assert [e.to_dict() for e in errors] == [{
+        "object": "standard input", "field": "",
+        "message": "cannot read: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"}]
+
+
+def test_a_file_named_dash_inside_a_directory_is_a_file(tmp_path: Path) -> None:
+    write(tmp_path / "-", NODE_YAML.format(name="n1"))
+    docs, errors = load_documents([tmp_path / "-"], stdin=io.StringIO("kind: Ignored"))
+    assert errors == [] and [d["metadata"]["name"] for d in docs] == ["n1"]

@@ -11,8 +11,23 @@ from kaisched.cli.run import run_command
 from kaisched.cli.schedule import schedule_command
 from kaisched.cli.simulate import simulate_command
 
+EXAMPLES = """\
+\b
+Examples:
+  # one scheduling cycle over manifests: what is bound, evicted, and why
+  kaisched schedule -f examples/reclaim.yaml --now 2026-01-01T02:00:00Z
+  # manifests on standard input, decisions as JSON
+  kaisched schedule -f - -o json < examples/cluster.yaml
+  # simulate a workload on a cluster: report and plots in sim-out/
+  kaisched simulate examples/simulation/three-teams.yaml -o sim-out
+  # schedule a real Kubernetes cluster
+  kaisched run --kubeconfig ~/.kube/config
+  # a command's options and more examples
+  kaisched schedule --help
+"""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXAMPLES)
 @click.version_option(package_name="kaisched")
 def cli() -> None:
     """kaisched: a KAI-compatible GPU cluster scheduler."""

@@ -24,6 +24,20 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return seconds
 
 
+EXAMPLES = """\
+\b
+Examples:
+  # schedule the cluster of a kubeconfig file (its current context)
+  kaisched run --kubeconfig ~/.kube/config
+  # KAI's scheduler configuration, a cycle every 2 s, metrics on :9090
+  kaisched run --kubeconfig ~/.kube/config \\
+      --config examples/config/binpack.yaml --schedule-period 2 \\
+      --listen-address :9090
+  # in the cluster (the service account), one of several replicas
+  kaisched run --leader-elect --lease-namespace kai-scheduler
+"""
+
+
 def _listen(value: str) -> tuple[str, int | None]:
     """``host:port``, ``:port`` or ``off``."""
     if value in ("off", "none", ""):
@@ -34,11 +48,11 @@ def _listen(value: str) -> tuple[str, int | None]:
     return host or "0.0.0.0", int(port)
 
 
-@click.command("run")
-@click.option("--kubeconfig", type=click.Path(), default=None,
+@click.command("run", epilog=EXAMPLES)
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
               help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config).")
 @click.option("--context", default=None, help="kubeconfig context (default: the file's current context).")
-@click.option("--config", "config_path", type=click.Path(), default=None,
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Scheduler configuration in KAI's format (actions, tiers, params).")
 @click.option("--schedule-period", type=float, default=1.0, show_default=True,
               help="Seconds between scheduling cycles (KAI's schedule-period).")
@@ -65,7 +79,8 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
     """Schedule every pod with schedulerName kai-scheduler in the cluster, as KAI's scheduler does.
 
     Exit status: 0 when stopped (SIGTERM/SIGINT), 1 when leadership was lost or the caches never synced
-    (Kubernetes restarts the pod), 2 for an unusable configuration or kubeconfig.
+    (Kubernetes restarts the pod), 2 for an unusable command line, configuration or kubeconfig (a missing
+    --config or --kubeconfig file, say), 3 on an internal error.
     """
     from kaisched.kube.client import KubeClient, KubeConfigError
     from kaisched.kube.logs import configure

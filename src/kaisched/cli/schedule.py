@@ -9,9 +9,24 @@ from datetime import UTC, datetime
 import click
 import yaml
 
-from kaisched.cluster.schedule import resolve_config, run_cycle
+from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import ConfigError, SchedulerConfig
-from kaisched.k8s.loader import load_objects
+from kaisched.k8s.loader import STDIN, load_objects
+
+EXAMPLES = """\
+\b
+Examples:
+  # one cycle of the reclaim example, at a fixed time
+  kaisched schedule -f examples/reclaim.yaml --now 2026-01-01T02:00:00Z
+  # manifests on standard input, decisions as JSON (exit status 1: the
+  # example holds an input error on purpose)
+  kaisched schedule -f - -o json < examples/cluster.yaml
+  # a directory and standard input, with a scheduler configuration
+  kaisched schedule -f examples/small-cluster/ -f - \\
+      --config examples/config/spread.yaml < examples/workloads/job.yaml
+  # every row, drawn 100 columns wide
+  COLUMNS=100 kaisched schedule -f examples/gpu-sharing.yaml --max-rows 0
+"""
 
 
 def _parse_now(value: str | None) -> datetime:
@@ -20,43 +35,58 @@ def _parse_now(value: str | None) -> datetime:
     try:
         ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(f"expected an RFC3339 time like 2026-01-01T00:00:00Z, got {value!r}") from None
+        raise click.BadParameter(f"expected an RFC3339 time like 2026-01-01T00:00:00Z, got {value!r}",
+                                 param_hint="'--now'") from None
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
-@click.command("schedule")
-@click.option("-f", "--filename", "paths", multiple=True, required=True, type=click.Path(),
-              help="Manifest file or directory (YAML/JSON, multi-document, kind: List). Repeatable.")
-@click.option("--config", "config_path", type=click.Path(), default=None,
+def _check_paths(paths: tuple[str, ...]) -> None:
+    """Standard input can be read once."""
+    if paths.count(STDIN) > 1:
+        raise click.BadParameter("'-' (standard input) can be given only once", param_hint="'-f' / '--filename'")
+
+
+@click.command("schedule", epilog=EXAMPLES)
+@click.option("-f", "--filename", "paths", multiple=True, required=True,
+              type=click.Path(exists=True, allow_dash=True),
+              help="Manifest file or directory (YAML/JSON, multi-document, kind: List); '-' reads standard "
+                   "input. Repeatable.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Scheduler configuration in KAI's format (actions, tiers, params).")
 @click.option("--now", "now", default=None, help="Time of the cycle (RFC3339); default: the current time.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 @click.option("--max-rows", type=int, default=50, show_default=True,
-              help="Table output: at most this many rows per section (decisions, pending PodGroups, GPU "
-                   "nodes; 0 = all).")
+              help="Table output: at most this many rows per section (decisions, evictions, pending PodGroups, "
+                   "GPU nodes; 0 = all).")
 def schedule_command(paths: tuple[str, ...], config_path: str | None, now: str | None, output: str,
                      max_rows: int) -> None:
     """Run one scheduling cycle on the cluster described by the manifests and print the decisions.
 
-    Exit status: 0 on success, 1 when some input objects had errors (the rest is still scheduled),
-    2 when the command line or the scheduler configuration cannot be used.
+    Tables fit the terminal, or $COLUMNS when set (120 columns when the output is not a terminal).
+
+    Exit status: 0 on success, 1 when some input objects had errors (they are listed, the rest is still
+    scheduled), 2 when the command line (a missing -f path, say) or the scheduler configuration cannot be
+    used, 3 on an internal error.
     """
+    _check_paths(paths)
     when = _parse_now(now)
     try:
         config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig()
         config = resolve_config(config)
     except ConfigError as exc:
         raise click.UsageError(f"scheduler config: {exc}") from None
-    parsed = load_objects(paths)
-    result = run_cycle(parsed, config, when)
+    parsed = load_objects(paths)  # "-": sys.stdin
+    with no_cyclic_gc():
+        prepared = prepare(parsed, config, when)
+        result = run_prepared_cycle(prepared, config, when)
     data = result.to_dict()
     if output == "json":
         click.echo(json.dumps(data, indent=2))
     elif output == "yaml":
         click.echo(yaml.dump(data, Dumper=yaml.CSafeDumper, sort_keys=False, width=120), nl=False)
     else:
-        from kaisched.cli.render import render_table
+        from kaisched.cli.render import InputFacts, render_table
 
-        render_table(result, when, max_rows=max_rows)
+        render_table(result, when, max_rows=max_rows, facts=InputFacts.from_objects(prepared))
     if result.errors:
         sys.exit(1)
