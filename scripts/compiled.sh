@@ -24,7 +24,7 @@ readonly PYTHON="${PYTHON_BIN:-.venv/bin/python}"
 # functions check their arguments' types and chain exceptions otherwise, and bad input must get its clear error.
 readonly PACKAGES=(k8s model framework plugins plugins/proportion actions podgrouper cluster sim)
 readonly EXCLUDED=(k8s/parse.py k8s/quantity.py k8s/loader.py framework/config.py sim/traces.py sim/openb.py
-                   sim/scenario.py)
+                   sim/scenario.py sim/validate.py)
 
 log() { printf '[compiled.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -23,9 +23,9 @@ BUSY_MIX = [{"weight": 70, "pods": 1, "gpus": [0.25, 0.5, 1, 2, 4, 8]},
             {"weight": 30, "pods": {"min": 4, "max": 64}, "gpus": [1, 8]}]
 
 
-def _doc(generate: list[Obj], *, tree: Obj | None = None, seed: int = 5) -> Obj:
+def _doc(generate: list[Obj], *, tree: Obj | None = None, seed: int = 5, nodes: int = 8) -> Obj:
     return {"name": "t", "period": "1m", "seed": seed,
-            "cluster": {"pools": [dict(POOL)], "queue_tree": tree or {"departments": 3, "teams": 4}},
+            "cluster": {"pools": [{**POOL, "count": nodes}], "queue_tree": tree or {"departments": 3, "teams": 4}},
             "workload": {"generate": generate}}
 
 
@@ -106,7 +106,7 @@ def test_queues_are_drawn_from_the_given_set() -> None:
 
 def test_a_pod_weighted_mix_keeps_its_proportions() -> None:
     doc = _doc([{"name": "job", "jobs": 20_000, "every": "1m", "queues": "leaves", "mix_by": "pods",
-                 "mix": BUSY_MIX}])
+                 "mix": BUSY_MIX}], nodes=64)  # (room for the largest gang: 64 pods of 8 GPUs)
     arrivals = scenario_from_mapping(doc).arrivals
     pods = Counter[str]()
     for a in arrivals:
@@ -123,7 +123,8 @@ def test_a_pod_weighted_mix_keeps_its_proportions() -> None:
     sizes = Counter(len(_pods(a)) for a in arrivals if len(_pods(a)) > 1)
     assert min(sizes) <= 6 and max(sizes) >= 60  # the whole range is drawn
     # without mix_by the weights are shares of the jobs
-    by_jobs = _doc([{"name": "job", "jobs": 5_000, "every": "1m", "queue": "dept-0-team-0", "mix": BUSY_MIX}])
+    by_jobs = _doc([{"name": "job", "jobs": 5_000, "every": "1m", "queue": "dept-0-team-0", "mix": BUSY_MIX}],
+                   nodes=64)
     singles = sum(1 for a in scenario_from_mapping(by_jobs).arrivals if len(_pods(a)) == 1)
     assert singles / 5_000 == pytest.approx(0.7, abs=0.03)
 
@@ -186,8 +187,9 @@ def _with(change: dict[str, Any], stream: Obj | None = None) -> Obj:
     ({"cluster.pools": []}, r"^cluster\.queue_tree\.gpus: auto found no GPUs"),
     ({"cluster.objects": [{"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "dept-1"},
                            "spec": {}}]}, r"^cluster\.queue_tree: the tree's queue 'dept-1' is also defined"),
-    ({"workload.generate.0.queues": ["dept-0-team-0", "x"]}, r"^workload\.generate\[0\]\.queues: unknown queue 'x'"),
-    ({"workload.generate.0.queues": ["dept-0"]}, r"^workload\.generate\[0\]\.queues: 'dept-0' is a parent queue"),
+    ({"workload.generate.0.queues": ["dept-0-team-0", "x"]},
+     r"^workload\.generate\[0\]\.queues\[1\]: unknown queue 'x'"),
+    ({"workload.generate.0.queues": ["dept-0"]}, r"^workload\.generate\[0\]\.queues\[0\]: 'dept-0' is a parent queue"),
     ({"workload.generate.0.queues": {"leaves": "dept-9"}},
      r"^workload\.generate\[0\]\.queues\.leaves: unknown queue 'dept-9'"),
     ({"workload.generate.0.queues": "all"}, r"^workload\.generate\[0\]\.queues: expected a list of leaf queues"),
@@ -209,7 +211,8 @@ def _with(change: dict[str, Any], stream: Obj | None = None) -> Obj:
      r"^workload\.generate\[0\]\.mix\[0\]\.weight: expected a number > 0"),
     ({"workload.generate.0.mix": [{"pods": 1}, {"pods": {"min": 9, "max": 2}}]},
      r"^workload\.generate\[0\]\.mix\[1\]\.pods: min \(9\) > max \(2\)"),
-    ({"workload.generate.0.mix": [{"queues": ["nope"]}]}, r"^workload\.generate\[0\]\.mix\[0\]\.queues: unknown queue"),
+    ({"workload.generate.0.mix": [{"queues": ["nope"]}]},
+     r"^workload\.generate\[0\]\.mix\[0\]\.queues\[0\]: unknown queue"),
     ({"workload.generate.0.mix": [{"gpu": 1}]}, r"^workload\.generate\[0\]\.mix\[0\]\.gpu: unknown field"),
     ({"workload.generate.0.mix": [{"pods": 1}], "workload.generate.0.mix_by": "gpus"},
      r"^workload\.generate\[0\]\.mix_by: expected jobs .* or pods"),

@@ -262,7 +262,8 @@ def test_summary_json(tmp_path: Path) -> None:
     assert data["queues"]["team-b"]["deserved_unlimited"] is True
     assert data["queues"]["team-b"]["deserved_mean"] is None
     c = data["queues"]["team-c"]
-    assert (c["never_started"], c["wait_mean"], c["jct_mean"]) == (1, None, None)
+    # the job that never started waits until the end of the run (3600 s, arrived at 1200 s): a lower bound
+    assert (c["never_started"], c["wait_mean"], c["wait_censored"], c["jct_mean"]) == (1, 2400.0, 1, None)
 
 
 def test_report_html(tmp_path: Path) -> None:
@@ -360,12 +361,13 @@ def test_compare_with_empty_run(tmp_path: Path) -> None:
 
 
 def test_summary_text() -> None:
-    text = summary_text(_result())
+    text = summary_text(_result(), width=1000)
     lines = text.splitlines()
-    assert lines[0].startswith("two-teams: 4 jobs (3 completed, 1 never started)")
-    assert lines[1] == (
+    assert lines[0].startswith("two-teams: 3 of 4 jobs completed, 1 never started · 8 GPUs")
+    assert lines[1].startswith(
         "GPU allocation 81.4 % (fractional 6.2 %) · JCT mean 43m p95 58m · wait mean 3m20s p95 9m00s"
         " · makespan 1h00m · 1 eviction, 0.1 GPU-hours lost · fragmentation 12.5 % · Jain 0.97"
+        " · JCT and makespan are over the 3 completed jobs"
     )
     assert any(line.strip().startswith("team-b") and "deserved ∞" in line for line in lines)
 
@@ -373,11 +375,13 @@ def test_summary_text() -> None:
 def test_compare_text() -> None:
     text = compare_text([_result(), _result(scale=0.5)], ["base", "half"])
     lines = text.splitlines()
-    header = next(line for line in lines if "base" in line and "half" in line)
-    assert header.split() == ["base", "half"]
+    assert lines[0] == "two-teams: 2 runs compared (base, half)"
+    assert lines[1].split() == ["base", "half"]
     alloc = next(line for line in lines if line.startswith("GPU allocation"))
     assert "81.4 % *" in alloc and "40.7 %" in alloc
-    assert lines[-1] == "* best of the row"
+    assert "* best of the row" in lines
+    assert lines[-2:] == ["base: 3 of 4 jobs completed, 1 never started",
+                          "half: 3 of 4 jobs completed, 1 never started"]
 
 
 @pytest.mark.parametrize(

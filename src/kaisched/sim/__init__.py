@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kaisched.sim import engine
-from kaisched.sim.engine import Progress, SimulationError
+from kaisched.sim.engine import Progress, ProgressInfo, SimulationError
 from kaisched.sim.model import Arrival, Scenario, SimResult
 from kaisched.sim.scenario import ScenarioError, load_scenario, scenario_from_mapping
 
@@ -21,9 +23,11 @@ def simulate(scenario: Scenario | str | Path | Mapping[str, Any], *, seed: int |
     if isinstance(scenario, str | Path):
         scenario = load_scenario(scenario, seed=seed)
     elif isinstance(scenario, Mapping):
-        scenario = scenario_from_mapping(scenario, seed=seed)
+        doc = scenario
+        scenario = scenario_from_mapping(doc, seed=seed)
+        scenario.text = yaml.safe_dump(dict(doc), sort_keys=False, allow_unicode=True)
     return engine.simulate(scenario, progress=progress)
 
 
-__all__ = ["Arrival", "Scenario", "ScenarioError", "SimResult", "SimulationError", "load_scenario",
-           "scenario_from_mapping", "simulate"]
+__all__ = ["Arrival", "Progress", "ProgressInfo", "Scenario", "ScenarioError", "SimResult", "SimulationError",
+           "load_scenario", "scenario_from_mapping", "simulate"]

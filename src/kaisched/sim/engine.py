@@ -12,7 +12,12 @@ Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priorit
   (no action would do anything): the sample records the GPUs given back. Cycles where nothing changed are
   skipped: the next one runs at the next event, or after 10 periods while jobs wait (min-runtime and
   stale-gang grace periods expire with time); when nothing is left to arrive or finish and 6 such idle
-  cycles changed nothing, the run ends (the jobs still waiting are reported as never started).
+  cycles changed nothing, the run ends.
+
+At the end every job gets its outcome (:data:`~kaisched.sim.model.OUTCOMES`: completed, running, evicted and
+pending again, never started, dropped); jobs a scenario left out as impossible (``Scenario.dropped``) are
+recorded as dropped. A progress callback gets a :class:`ProgressInfo` at most every :data:`PROGRESS_EVERY` wall
+seconds and once at the end.
 
 A job starts when every PodGroup of it has its minimum of running pods, and completes ``duration`` later if
 nothing broke its gang meanwhile. The same scenario always gives the same result.
@@ -26,6 +31,7 @@ device-plugin GPUs.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import math
@@ -43,14 +49,56 @@ from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.pod_facts import pod_facts
 from kaisched.sim.metrics import summarize
-from kaisched.sim.model import Arrival, JobRecord, QueueSample, Sample, Scenario, SimResult
+from kaisched.sim.model import (
+    COMPLETED,
+    DROPPED,
+    EVICTED_PENDING,
+    NEVER_STARTED,
+    RUNNING,
+    Arrival,
+    JobRecord,
+    QueueSample,
+    Sample,
+    Scenario,
+    SimResult,
+)
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0
 ARRIVAL, COMPLETION, CYCLE = 0, 1, 2  # event priorities at equal times: arrivals first, cycle last
 IDLE_CYCLES = 10  # while nothing changes but jobs wait, a cycle every 10 periods
 MAX_IDLE_CYCLES = 6  # with nothing left to arrive or finish, stop after this many idle cycles
 
-Progress = Callable[[float, str], None]
+PROGRESS_EVERY = 0.1  # wall seconds between two progress reports (the first and the last are always reported)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressInfo:
+    """Where a run is, for a progress display: simulated time, jobs arrived of the scenario's, and what the
+    arrived jobs are doing."""
+
+    time: float  # simulated seconds
+    until: float | None  # the scenario's end, if it has one
+    arrived: int
+    total: int  # the scenario's jobs
+    completed: int
+    running: int
+    pending: int
+    done: bool = False  # the last report of the run
+
+    @property
+    def fraction(self) -> float:
+        """0..1: simulated time of ``until``; without one, the jobs' arrivals and completions so far of all
+        of them (a job that never completes keeps it below 1 until the end)."""
+        if self.done:
+            return 1.0
+        if self.until is not None and self.until > 0:
+            return min(self.time / self.until, 1.0)
+        if self.total == 0:
+            return 1.0
+        return min((self.arrived + self.completed) / (2 * self.total), 1.0)
+
+
+Progress = Callable[[ProgressInfo], None]
 
 
 class SimulationError(ValueError):
@@ -107,6 +155,9 @@ class Simulator:
         self.only_completions = False  # since the last cycle, only completions changed the cluster
         self.cycles = 0
         self.idle_cycles = 0
+        self.completed = 0
+        self.arrived = 0
+        self.reported = -math.inf  # wall time of the last progress report
 
     # ---- events ------------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -127,28 +178,46 @@ class Simulator:
         self._push(0.0, CYCLE, None)
         until = scenario.until if scenario.until is not None else math.inf
         last = 0.0
-        total = len(scenario.arrivals)
-        arrived = 0
         while self.heap:
             t, _, _, kind, payload = heapq.heappop(self.heap)
             if t > until:
+                last = until  # (simulated up to it)
                 break
             last = t
             if kind == ARRIVAL:
                 assert isinstance(payload, Arrival)
                 self._arrive(payload, t)
-                arrived += 1
-                if self.progress is not None:
-                    self.progress(arrived / total if total else 1.0, f"t={t / 3600:.1f}h")
+                self.arrived += 1
             elif kind == COMPLETION:
                 assert isinstance(payload, tuple)
                 self._complete(payload[0], payload[1], t)
             else:
                 self._cycle(t)
+            if self.progress is not None:
+                self._report(t, False)
         end = min(last, until) if until != math.inf else last
+        for job in self.jobs.values():
+            job.record.outcome = _outcome(job)
+        if self.progress is not None:
+            self._report(end, True)
         records = [j.record for j in self.jobs.values()]
-        summary = summarize(self.samples, records, end, self.cycles, time.perf_counter() - wall)
-        return SimResult(scenario.name, self.samples, records, summary, scenario.config)
+        dropped = [JobRecord(a.name, a.queue, a.gpus, a.time, a.duration, outcome=DROPPED, reason=why)
+                   for a, why in scenario.dropped if a.time <= until]
+        records = sorted([*records, *dropped], key=lambda r: r.arrival) if dropped else records
+        summary = summarize(self.samples, records, end, self.cycles, time.perf_counter() - wall,
+                            not_arrived=len(scenario.arrivals) + len(scenario.dropped) - self.arrived - len(dropped))
+        return SimResult(scenario.name, self.samples, records, summary, scenario.config, run_inputs(scenario))
+
+    def _report(self, t: float, done: bool) -> None:
+        """Tell the progress callback where the run is (at most every PROGRESS_EVERY wall seconds)."""
+        now = time.perf_counter()
+        if not done and now - self.reported < PROGRESS_EVERY:
+            return
+        self.reported = now
+        assert self.progress is not None
+        running = sum(1 for j in self.active.values() if j.run_start is not None)
+        self.progress(ProgressInfo(t, self.scenario.until, self.arrived, len(self.scenario.arrivals),
+                                   self.completed, running, len(self.active) - running, done))
 
     def _more_events(self) -> bool:
         return any(kind != CYCLE for _, _, _, kind, _ in self.heap)
@@ -192,6 +261,7 @@ class Simulator:
         if job.done or run != job.run:
             return  # the run this completion belonged to was broken by an eviction
         job.done = True
+        self.completed += 1
         job.record.end = t
         self.active.pop(job.key, None)
         cluster = self.cluster
@@ -328,6 +398,44 @@ class Simulator:
         )
 
 
+def kaisched_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kaisched")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def run_inputs(scenario: Scenario) -> dict[str, object]:
+    """What a run was made of, for its report: the scenario file and the SHA-256 of its content (as read), that
+    content, the seed, the period and end, the scheduler configuration's source and kaisched's version (the
+    command line is added by ``kaisched simulate``)."""
+    text = scenario.text
+    return {
+        "scenario": scenario.name,
+        "scenario_path": scenario.path,
+        "scenario_sha256": None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "scenario_text": text,
+        "seed": scenario.seed,
+        "period": scenario.period,
+        "until": scenario.until,
+        "jobs": len(scenario.arrivals) + len(scenario.dropped),
+        "kaisched_version": kaisched_version(),
+    }
+
+
+def _outcome(job: _Job) -> str:
+    """What became of a job by the end of the run."""
+    if job.done:
+        return COMPLETED
+    if job.run_start is not None:
+        return RUNNING
+    if not job.groups:
+        return DROPPED  # none of its pods is for this scheduler, or its objects have errors: it cannot start
+    return EVICTED_PENDING if job.record.start is not None else NEVER_STARTED
+
+
 def _pod_gpus(pod: Pod) -> float:
     """Whole GPUs and GPU fractions the pod asks for as device-plugin resources (gpu-memory requests count 0)."""
     return pod_facts(pod).gpu[0].required_gpus
@@ -346,5 +454,5 @@ def simulate(scenario: Scenario, *, progress: Progress | None = None) -> SimResu
     return Simulator(scenario, progress=progress).run()
 
 
-__all__ = ["EPOCH", "Progress", "SimulationError", "Simulator", "annotated_pod_group", "bound_pod", "evicted_pod",
-           "simulate"]
+__all__ = ["EPOCH", "Progress", "ProgressInfo", "SimulationError", "Simulator", "annotated_pod_group", "bound_pod",
+           "evicted_pod", "simulate"]

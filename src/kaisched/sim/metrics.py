@@ -6,6 +6,12 @@ jobs' waiting and completion times.
   empty node can take any job; one on a busy node only what fits next to the others).
 * Jain's fairness index over the leaf queues with a fair share, of ``allocated / fair share`` (capped at
   1: a queue above its fair share is not "more fair"), time-weighted; 1 is perfectly fair.
+* Jobs: every job has one outcome at the end (completed, running, evicted and pending again, never started,
+  dropped); the counts sum to the jobs that arrived.
+* Waiting time: arrival to first start, for every job that arrived and could start: a job still waiting at the
+  end counts with its wait so far (to the end of the run), so while any job still waits the figures are lower
+  bounds (``Summary.wait_censored`` says how many). Dropped jobs (they could never start) are left out.
+* JCT: arrival to completion, over the completed jobs only.
 """
 
 from __future__ import annotations
@@ -14,7 +20,17 @@ import math
 
 import numpy as np
 
-from kaisched.sim.model import JobRecord, Sample, Stats, Summary
+from kaisched.sim.model import (
+    COMPLETED,
+    DROPPED,
+    EVICTED_PENDING,
+    NEVER_STARTED,
+    RUNNING,
+    JobRecord,
+    Sample,
+    Stats,
+    Summary,
+)
 
 
 def stats(values: list[float]) -> Stats:
@@ -50,20 +66,42 @@ def _weighted(values: list[float | None], weights: list[float]) -> float:
     return sum(v * w for v, w in pairs) / total if total > 0 else math.nan
 
 
-def summarize(samples: list[Sample], jobs: list[JobRecord], end: float, cycles: int, wall: float) -> Summary:
+def waited(job: JobRecord, end: float) -> float | None:
+    """A job's waiting time: to its first start, or, still waiting, to ``end`` (a lower bound); None when it was
+    dropped (it could never start)."""
+    if job.start is not None:
+        return job.start - job.arrival
+    if job.outcome == DROPPED:
+        return None
+    return max(end - job.arrival, 0.0)
+
+
+def outcome_of(job: JobRecord) -> str:
+    """The job's outcome (one recorded by the run, or read off its times for a record made by hand)."""
+    if job.outcome:
+        return job.outcome
+    if job.end is not None:
+        return COMPLETED
+    return NEVER_STARTED if job.start is None else RUNNING
+
+
+def summarize(samples: list[Sample], jobs: list[JobRecord], end: float, cycles: int, wall: float, *,
+              not_arrived: int = 0) -> Summary:
     weights = _weights(samples, end)
     alloc = [s.gpus_allocated / s.gpus_total if s.gpus_total > 0 else None for s in samples]
     frac = [s.gpus_fractional / s.gpus_total if s.gpus_total > 0 else None for s in samples]
     frag = [s.fragmentation if s.idle_gpus > 0 else None for s in samples]
     ends = [j.end for j in jobs if j.end is not None]
+    outcomes = [outcome_of(j) for j in jobs]
+    waits = [w for j in jobs if (w := waited(j, end)) is not None]
     return Summary(
         jobs=len(jobs),
-        completed=len(ends),
-        never_started=sum(1 for j in jobs if j.start is None),
+        completed=outcomes.count(COMPLETED),
+        never_started=outcomes.count(NEVER_STARTED),
         makespan=max(ends) if ends else end,
         gpu_allocation_mean=_weighted(alloc, weights),
         fractional_allocation_mean=_weighted(frac, weights),
-        wait=stats([w for j in jobs if (w := j.wait) is not None]),
+        wait=stats(waits),
         jct=stats([c for j in jobs if (c := j.jct) is not None]),
         evictions=sum(j.evictions for j in jobs),
         gpu_hours_lost=sum(j.lost_gpu_seconds for j in jobs) / 3600.0,
@@ -71,4 +109,11 @@ def summarize(samples: list[Sample], jobs: list[JobRecord], end: float, cycles: 
         jain_fairness=_weighted([jain(s) for s in samples], weights),
         cycles=cycles,
         wall_seconds=wall,
+        running_at_end=outcomes.count(RUNNING),
+        evicted_pending=outcomes.count(EVICTED_PENDING),
+        dropped=outcomes.count(DROPPED),
+        not_arrived=not_arrived,
+        end=end,
+        wait_censored=sum(1 for j, o in zip(jobs, outcomes, strict=True)
+                          if j.start is None and o != DROPPED),
     )

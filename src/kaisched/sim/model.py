@@ -28,6 +28,7 @@ class Arrival:
     objects: tuple[Obj, ...]
     duration: float  # run time once the whole gang runs; inf = never completes by itself
     gpus: float = 0.0  # GPUs the job asks for (for the metrics)
+    source: str = ""  # where the scenario says it (``workload.generate[1].mix[0]``, a trace's file:line)
 
 
 @dataclass(slots=True)
@@ -40,6 +41,11 @@ class Scenario:
     until: float | None = None  # stop the simulation at this time (default: when everything finished)
     seed: int = 0
     description: str = ""
+    path: str | None = None  # the scenario file it was loaded from (None: built in code or from a mapping)
+    text: str | None = None  # that file's content, as read
+    #: jobs left out because they could never run on the cluster (``impossible_jobs: drop``), with the reason;
+    #: the run counts them as dropped
+    dropped: list[tuple[Arrival, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,8 @@ class JobRecord:
     end: float | None = None  # completion
     evictions: int = 0  # times the job lost its gang to an eviction
     lost_gpu_seconds: float = 0.0  # work thrown away by evictions (GPUs x seconds run before)
+    outcome: str = ""  # at the end of the run: one of OUTCOMES ("" while it runs)
+    reason: str = ""  # why it was dropped
 
     @property
     def wait(self) -> float | None:
@@ -86,6 +94,15 @@ class JobRecord:
     def jct(self) -> float | None:
         """Job completion time: from arrival to the end."""
         return None if self.end is None else self.end - self.arrival
+
+
+#: what became of a job by the end of the run (every job has exactly one)
+COMPLETED = "completed"  # ran its whole duration
+RUNNING = "running"  # its gang runs at the end of the run (not finished yet)
+EVICTED_PENDING = "evicted"  # started, was evicted back to pending and waits again at the end
+NEVER_STARTED = "never started"  # waits at the end and never ran
+DROPPED = "dropped"  # nothing of it could ever be scheduled (no pod for this scheduler, or its objects have errors)
+OUTCOMES = (COMPLETED, RUNNING, EVICTED_PENDING, NEVER_STARTED, DROPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +130,21 @@ class Summary:
     jain_fairness: float  # time-weighted Jain index over queues of allocated / fair share
     cycles: int
     wall_seconds: float
+    # what became of the jobs (with ``completed`` and ``never_started`` they sum to ``jobs``)
+    running_at_end: int = 0
+    evicted_pending: int = 0  # started once, evicted, waiting again at the end
+    dropped: int = 0
+    not_arrived: int = 0  # the scenario's jobs that would arrive after the end (``until``): not in ``jobs``
+    end: float = 0.0  # simulated time of the end of the run
+    #: jobs in ``wait`` still waiting at the end: their wait counts up to the end, so the figures are lower
+    #: bounds when this is not 0
+    wait_censored: int = 0
+
+    @property
+    def accounted(self) -> dict[str, int]:
+        """Outcome -> jobs; sums to ``jobs``."""
+        return {COMPLETED: self.completed, RUNNING: self.running_at_end, EVICTED_PENDING: self.evicted_pending,
+                NEVER_STARTED: self.never_started, DROPPED: self.dropped}
 
 
 @dataclass(slots=True)
@@ -122,3 +154,5 @@ class SimResult:
     jobs: list[JobRecord]
     summary: Summary
     config: Obj | None = None
+    #: what the run was made of: scenario file, its hash and text, seed, kaisched version, command line
+    inputs: dict[str, Any] = field(default_factory=dict)

@@ -3,21 +3,29 @@
 :func:`write_outputs` writes one run's results into a folder:
 
 * ``summary.json``: the scenario name, the run's :class:`~kaisched.sim.model.Summary` (floats rounded,
-  ``null`` where a figure is missing, e.g. the JCT statistics of a run where no job completed) and per-queue
-  figures;
+  ``null`` where a figure is missing, e.g. the JCT statistics of a run where no job completed), what became of
+  the jobs (``outcomes``: they sum to ``jobs``), the run's ``inputs`` and per-queue figures;
 * ``samples.csv``: one row per scheduling cycle (cluster GPUs, allocation ratio, fragmentation, job counts);
 * ``queues.csv``: one row per cycle and queue (allocated, fair share, deserved (-1: unlimited), requested);
-* ``jobs.csv``: one row per job (arrival, start, end, wait, JCT, evictions, GPU-seconds lost);
+* ``jobs.csv``: one row per job (arrival, start, end, wait, JCT, evictions, GPU-seconds lost, outcome, reason);
 * ``report.html``: one page with no outside references (the plots are embedded PNG images): the key figures,
-  GPU utilisation over time, per-queue allocation against fair share, the distributions of waiting time and
-  JCT, a per-queue table and the jobs worth a look.
+  GPU utilisation over time (fragmentation aggregated per interval: :func:`fragmentation_intervals`), per-queue
+  allocation against fair share, the distributions of waiting time and JCT, a per-queue table, every job
+  accounted for, the jobs worth a look (each list says how much of it is shown) and the run's inputs.
+
+Waiting-time figures count the jobs still waiting at the end with their wait so far: they are then lower bounds,
+marked ``≥`` (:mod:`kaisched.sim.metrics`).
 
 :func:`compare` puts several runs of the same workload side by side (``compare.json``, ``compare.html``
-and each run's own outputs in a sub-folder); :func:`summary_text` and :func:`compare_text` are the
-terminal versions (plain text, no markup).
+and each run's own outputs in a sub-folder), in the order given; a row's best value is only marked where the
+runs can be ranked (:func:`_not_comparable`: figures over the completed jobs only between runs that completed as
+many). :func:`summary_text` and :func:`compare_text` are the terminal versions (plain text, no markup, wrapped
+between phrases: :func:`wrap_phrases`).
 
 The plots are drawn with matplotlib's Agg renderer through its object-oriented API (no pyplot, no global
-state); time series longer than :data:`MAX_PLOT_POINTS` are averaged into that many buckets first.
+state), imported only inside the functions that draw: without it (it comes with ``kaisched[sim]``) drawing
+raises :class:`ReportDependencyError`. Time series longer than :data:`MAX_PLOT_POINTS` are averaged into that
+many buckets first.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ import io
 import json
 import math
 import re
+import shutil
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +47,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kaisched.sim.model import JobRecord, SimResult, Stats, Summary
+from kaisched.sim.metrics import outcome_of, waited
+from kaisched.sim.model import (
+    COMPLETED,
+    DROPPED,
+    EVICTED_PENDING,
+    NEVER_STARTED,
+    RUNNING,
+    JobRecord,
+    SimResult,
+    Stats,
+    Summary,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -46,6 +67,9 @@ if TYPE_CHECKING:
 
 FloatArray = npt.NDArray[np.float64]
 
+MATPLOTLIB_MISSING = "the simulator's report needs matplotlib: pip install 'kaisched[sim]'"
+MAX_JOB_ROWS = 10  # rows per list of jobs in the report (the full list is in jobs.csv)
+FRAGMENTATION_INTERVALS = 60  # the fragmentation panel aggregates the run into this many intervals
 MAX_PLOT_POINTS = 2000  # time-series points per line in a plot (longer series are bucket-averaged)
 MAX_QUEUE_PANELS = 24  # per-queue panels in one figure (the busiest queues when there are more)
 MAX_CDF_QUEUES = 8  # per-queue lines in the waiting-time / JCT plots
@@ -74,6 +98,8 @@ JOBS_COLUMNS = (
     "jct",
     "evictions",
     "lost_gpu_seconds",
+    "outcome",
+    "reason",
 )
 
 _PALETTE = (
@@ -91,6 +117,10 @@ _PALETTE = (
 _WHOLE_COLOUR = "#4269d0"
 _FRACTIONAL_COLOUR = "#97bbf5"
 _CAPACITY_COLOUR = "#333333"
+
+
+class ReportDependencyError(Exception):
+    """The report's plots cannot be drawn: matplotlib is not installed (it comes with ``kaisched[sim]``)."""
 
 
 # --------------------------------------------------------------------------------------------- formatting
@@ -286,9 +316,13 @@ class QueueFigures:
     completed: int
     never_started: int
     evictions: int
+    running: int  # at the end of the run
+    waiting: int  # at the end: never started, or evicted and pending again
+    dropped: int
     gpu_hours_lost: float
-    wait_mean: float | None
+    wait_mean: float | None  # jobs still waiting count to the end of the run (a lower bound then)
     wait_p95: float | None
+    wait_censored: int  # jobs still waiting at the end, in the wait figures with their wait so far
     jct_mean: float | None
     jct_p95: float | None
 
@@ -304,6 +338,7 @@ def queue_figures(result: SimResult, series: _Series | None = None) -> list[Queu
     """Per-queue figures, one per queue seen in the samples or the jobs, by name."""
     series = series or _Series.of(result)
     w = _weights(series.time)
+    end = _run_end(result)
     by_queue: dict[str, list[JobRecord]] = {}
     for j in result.jobs:
         by_queue.setdefault(j.queue, []).append(j)
@@ -311,7 +346,8 @@ def queue_figures(result: SimResult, series: _Series | None = None) -> list[Queu
     for q in _sorted_names(set(series.queues) | set(by_queue)):
         arrs = series.queues.get(q)
         jobs = by_queue.get(q, [])
-        waits = [x for x in (j.wait for j in jobs) if x is not None]
+        outcomes = [outcome_of(j) for j in jobs]
+        waits = [x for x in (waited(j, end) for j in jobs) if x is not None]
         jcts = [x for x in (j.jct for j in jobs) if x is not None]
         deserved_unlimited = False
         if arrs is not None:
@@ -326,12 +362,16 @@ def queue_figures(result: SimResult, series: _Series | None = None) -> list[Queu
                 deserved_unlimited=deserved_unlimited,
                 requested=None if arrs is None else _wmean(arrs["requested"], w),
                 jobs=len(jobs),
-                completed=sum(1 for j in jobs if j.end is not None),
-                never_started=sum(1 for j in jobs if j.start is None),
+                completed=outcomes.count(COMPLETED),
+                never_started=outcomes.count(NEVER_STARTED),
                 evictions=sum(j.evictions for j in jobs),
+                running=outcomes.count(RUNNING),
+                waiting=outcomes.count(NEVER_STARTED) + outcomes.count(EVICTED_PENDING),
+                dropped=outcomes.count(DROPPED),
                 gpu_hours_lost=sum(j.lost_gpu_seconds for j in jobs) / 3600,
                 wait_mean=_mean(waits),
                 wait_p95=_percentile(waits, 95),
+                wait_censored=sum(1 for j, o in zip(jobs, outcomes, strict=True) if j.start is None and o != DROPPED),
                 jct_mean=_mean(jcts),
                 jct_p95=_percentile(jcts, 95),
             )
@@ -345,7 +385,46 @@ def _gpus_total(result: SimResult) -> float | None:
 
 def _simulated_span(result: SimResult) -> float:
     last = result.samples[-1].time if result.samples else 0.0
-    return max(last, _finite(result.summary.makespan) or 0.0)
+    return max(last, _finite(result.summary.makespan) or 0.0, _finite(result.summary.end) or 0.0)
+
+
+def _run_end(result: SimResult) -> float:
+    """When the run ended (the jobs still waiting have waited until then)."""
+    return _simulated_span(result)
+
+
+def accounting(s: Summary) -> list[tuple[str, int]]:
+    """(what, jobs) for every outcome with jobs, completed first; the counts sum to ``s.jobs``."""
+    parts = [("completed", s.completed), ("still running at the end", s.running_at_end),
+             ("evicted and waiting again at the end", s.evicted_pending), ("never started", s.never_started),
+             ("dropped (could never run)", s.dropped)]
+    return [(what, n) for what, n in parts if n or what == "completed"]
+
+
+def accounting_text(s: Summary) -> str:
+    """Every job accounted for: ``730 of 750 completed, 19 still running at the end, 1 never started``."""
+    parts = accounting(s)
+    text = f"{s.completed:,} of {_plural(s.jobs, 'job')} completed"
+    text += "".join(f", {n:,} {what}" for what, n in parts[1:])
+    if s.not_arrived:
+        text += f" ({s.not_arrived:,} more would have arrived after the end)"
+    return text
+
+
+def wait_note(s: Summary) -> str:
+    """What the waiting-time figures include ("" when every job that could start did)."""
+    dropped = f"{_plural(s.dropped, 'dropped job')} left out" if s.dropped else ""
+    if s.wait_censored:
+        still = "1 job" if s.wait_censored == 1 else f"{s.wait_censored:,} jobs"
+        verb = "counts with its wait" if s.wait_censored == 1 else "count with their wait"
+        return f"a lower bound: {still} still waiting at the end {verb} up to the end" + (
+            f"; {dropped}" if dropped else "")
+    return dropped
+
+
+def _bound(s: Summary) -> str:
+    """``≥ `` before a waiting-time figure that is a lower bound."""
+    return "≥ " if s.wait_censored else ""
 
 
 # --------------------------------------------------------------------------------------- machine-readable
@@ -376,7 +455,16 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
             "jain_fairness": _round(s.jain_fairness, 4),
             "cycles": s.cycles,
             "wall_seconds": _round(s.wall_seconds, 3),
+            "running_at_end": s.running_at_end,
+            "evicted_pending_at_end": s.evicted_pending,
+            "dropped": s.dropped,
+            "not_arrived": s.not_arrived,
+            "end": _round(s.end, 2),
+            "wait_censored": s.wait_censored,
+            "wait_is_lower_bound": s.wait_censored > 0,
         },
+        "outcomes": dict(s.accounted),
+        "inputs": _inputs_json(result),
         "gpus_total": _round(_gpus_total(result), 4),
         "samples": len(result.samples),
         "queues": {
@@ -389,16 +477,25 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
                 "jobs": q.jobs,
                 "completed": q.completed,
                 "never_started": q.never_started,
+                "running_at_end": q.running,
+                "waiting_at_end": q.waiting,
+                "dropped": q.dropped,
                 "evictions": q.evictions,
                 "gpu_hours_lost": _round(q.gpu_hours_lost, 4),
                 "wait_mean": _round(q.wait_mean, 2),
                 "wait_p95": _round(q.wait_p95, 2),
+                "wait_censored": q.wait_censored,
                 "jct_mean": _round(q.jct_mean, 2),
                 "jct_p95": _round(q.jct_p95, 2),
             }
             for q in queues
         },
     }
+
+
+def _inputs_json(result: SimResult) -> dict[str, Any]:
+    """The run's inputs for summary.json (the scenario's text left out: it is in the report)."""
+    return {k: v for k, v in result.inputs.items() if k != "scenario_text"}
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -449,6 +546,8 @@ def _jobs_rows(result: SimResult) -> Iterable[list[str]]:
             _csv_num(j.jct),
             str(j.evictions),
             _csv_num(j.lost_gpu_seconds),
+            outcome_of(j),
+            j.reason,
         ]
 
 
@@ -471,48 +570,103 @@ def write_outputs(result: SimResult, outdir: Path) -> dict[str, Path]:
 # ------------------------------------------------------------------------------------------------ terminal
 
 
-def _key_figures_line(s: Summary) -> str:
+def terminal_width(default: int = 100) -> int:
+    """The terminal's width: ``COLUMNS`` when set (also when the output is not a terminal), else the terminal's,
+    else ``default``."""
+    return max(shutil.get_terminal_size((default, 24)).columns, 20)
+
+
+def wrap_phrases(phrases: Sequence[str], width: int | None = None, *, sep: str = " · ", prefix: str = "",
+                 indent: str = "  ") -> list[str]:
+    """Phrases joined by ``sep`` into lines of at most ``width`` characters (default: :func:`terminal_width`),
+    broken between phrases (the separator dropped at the break), or between the words of a phrase too long for a
+    line, never inside a word; ``prefix`` starts the first line, ``indent`` the others."""
+    width = width or terminal_width()
+    lines: list[str] = []
+    line, empty = prefix, True  # the line being filled; no phrase on it yet
+    for phrase in phrases:
+        candidate = line + phrase if empty else line + sep + phrase
+        if len(candidate) <= width:
+            line, empty = candidate, False
+            continue
+        if not empty:  # the phrase goes to a line of its own
+            lines.append(line)
+            line, empty = indent, True
+            if len(line + phrase) <= width:
+                line, empty = line + phrase, False
+                continue
+        # too long for any line: broken between its words
+        parts = textwrap.wrap(phrase, width=width, initial_indent=line, subsequent_indent=indent,
+                              break_long_words=False, break_on_hyphens=False) or [line]
+        lines.extend(parts[:-1])
+        line, empty = parts[-1], False
+    if not empty or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
+def _key_figures(s: Summary) -> list[str]:
     ev = "no evictions" if s.evictions == 0 else _plural(s.evictions, "eviction")
-    return " · ".join(
-        [
-            f"GPU allocation {_pct(s.gpu_allocation_mean)} (fractional {_pct(s.fractional_allocation_mean)})",
-            f"JCT mean {format_duration(_stat(s.jct, 'mean'))} p95 {format_duration(_stat(s.jct, 'p95'))}",
-            f"wait mean {format_duration(_stat(s.wait, 'mean'))} p95 {format_duration(_stat(s.wait, 'p95'))}",
-            f"makespan {format_duration(s.makespan)}",
-            f"{ev}, {_gpu_hours(s.gpu_hours_lost)} GPU-hours lost",
-            f"fragmentation {_pct(s.fragmentation_mean)}",
-            f"Jain {_fixed(s.jain_fairness, 2)}",
-        ]
-    )
+    b = _bound(s)
+    parts = [
+        f"GPU allocation {_pct(s.gpu_allocation_mean)} (fractional {_pct(s.fractional_allocation_mean)})",
+        f"JCT mean {format_duration(_stat(s.jct, 'mean'))} p95 {format_duration(_stat(s.jct, 'p95'))}",
+        f"wait mean {b}{format_duration(_stat(s.wait, 'mean'))} p95 {b}{format_duration(_stat(s.wait, 'p95'))}",
+        f"makespan {format_duration(s.makespan)}",
+        f"{ev}, {_gpu_hours(s.gpu_hours_lost)} GPU-hours lost",
+        f"fragmentation {_pct(s.fragmentation_mean)}",
+        f"Jain {_fixed(s.jain_fairness, 2)}",
+    ]
+    notes = []
+    if s.completed < s.jobs:
+        notes.append(f"JCT and makespan are over the {s.completed:,} completed jobs")
+    if wait_note(s):
+        notes.append(f"waiting times are {wait_note(s)}" if s.wait_censored else f"waiting times: {wait_note(s)}")
+    return parts + notes
 
 
-def _header_line(result: SimResult) -> str:
+def _key_figures_line(s: Summary) -> str:
+    return " · ".join(_key_figures(s))
+
+
+def _header(result: SimResult) -> list[str]:
     s = result.summary
     total = _gpus_total(result)
-    parts = [
-        f"{_plural(s.jobs, 'job')} ({s.completed:,} completed, {s.never_started:,} never started)",
+    return [
+        accounting_text(s),
         f"{_num(total)} GPUs" if total is not None else "no GPUs sampled",
         f"{_plural(s.cycles, 'cycle')} over {format_duration(_simulated_span(result))} simulated",
         f"{s.wall_seconds:.1f} s wall",
     ]
-    return f"{result.scenario}: " + " · ".join(parts)
 
 
-def summary_text(result: SimResult, max_queues: int = 12) -> str:
-    """The terminal summary: a header line, the key figures on one line, then one line per queue (plain text)."""
-    lines = [_header_line(result), _key_figures_line(result.summary)]
+def _header_line(result: SimResult) -> str:
+    return f"{result.scenario}: " + " · ".join(_header(result))
+
+
+def summary_text(result: SimResult, max_queues: int = 12, width: int | None = None) -> str:
+    """The terminal summary: a header (every job accounted for), the key figures, then each queue (plain text),
+    wrapped between phrases to ``width`` (default: :func:`terminal_width`)."""
+    width = width or terminal_width()
+    lines = wrap_phrases(_header(result), width, prefix=f"{result.scenario}: ")
+    lines += wrap_phrases(_key_figures(result.summary), width)
     queues = queue_figures(result)
     if queues:
-        width = max(len(q.queue) for q in queues[:max_queues])
+        lines.append("per queue:")
+        name_width = max(len(q.queue) for q in queues[:max_queues])
         for q in queues[:max_queues]:
             des = "∞" if q.deserved_unlimited else _fixed(q.deserved, 1)
-            lines.append(
-                f"  {q.queue:<{width}}  allocated {_fixed(q.allocated, 1)} GPUs (fair share {_fixed(q.fair_share, 1)},"
-                f" deserved {des}) · {_plural(q.jobs, 'job')}, {q.never_started:,} never started"
-                f" · wait mean {format_duration(q.wait_mean)} p95 {format_duration(q.wait_p95)}"
-            )
+            b = "≥ " if q.wait_censored else ""
+            waiting = "".join(f", {n:,} {what}" for n, what in ((q.running, "running at the end"),
+                                                                 (q.waiting, "waiting at the end"),
+                                                                 (q.dropped, "dropped")) if n)
+            lines += wrap_phrases(
+                [f"allocated {_fixed(q.allocated, 1)} GPUs (fair share {_fixed(q.fair_share, 1)}, deserved {des})",
+                 f"{_plural(q.jobs, 'job')}, {q.completed:,} completed{waiting}",
+                 f"wait mean {b}{format_duration(q.wait_mean)} p95 {b}{format_duration(q.wait_p95)}"],
+                width, prefix=f"  {q.queue:<{name_width}}  ", indent="      ")
         if len(queues) > max_queues:
-            lines.append(f"  … and {len(queues) - max_queues} more queues")
+            lines.append(f"  … and {len(queues) - max_queues} more queues (all of them in the report)")
     return "\n".join(lines)
 
 
@@ -527,6 +681,8 @@ class _Metric:
     fmt: Callable[[float | None], str]
     better: str | None  # "lower" / "higher" / None (no best)
     digits: int = 4
+    #: the figure depends on which jobs finished: a best only among runs that completed as many jobs
+    per_completed: bool = False
 
 
 def _stat_getter(which: str, name: str) -> Callable[[Summary], float | None]:
@@ -540,17 +696,21 @@ def _int_fmt(x: float | None) -> str:
 METRICS: tuple[_Metric, ...] = (
     _Metric("gpu_allocation_mean", "GPU allocation", lambda s: s.gpu_allocation_mean, _pct, "higher"),
     _Metric("fractional_allocation_mean", "of which fractional", lambda s: s.fractional_allocation_mean, _pct, None),
-    _Metric("jct_mean", "JCT mean", _stat_getter("jct", "mean"), format_duration, "lower", 2),
-    _Metric("jct_p50", "JCT p50", _stat_getter("jct", "p50"), format_duration, "lower", 2),
-    _Metric("jct_p95", "JCT p95", _stat_getter("jct", "p95"), format_duration, "lower", 2),
-    _Metric("jct_p99", "JCT p99", _stat_getter("jct", "p99"), format_duration, "lower", 2),
-    _Metric("wait_mean", "wait mean", _stat_getter("wait", "mean"), format_duration, "lower", 2),
-    _Metric("wait_p50", "wait p50", _stat_getter("wait", "p50"), format_duration, "lower", 2),
-    _Metric("wait_p95", "wait p95", _stat_getter("wait", "p95"), format_duration, "lower", 2),
-    _Metric("wait_p99", "wait p99", _stat_getter("wait", "p99"), format_duration, "lower", 2),
-    _Metric("makespan", "makespan", lambda s: s.makespan, format_duration, "lower", 2),
+    _Metric("jct_mean", "JCT mean", _stat_getter("jct", "mean"), format_duration, "lower", 2, True),
+    _Metric("jct_p50", "JCT p50", _stat_getter("jct", "p50"), format_duration, "lower", 2, True),
+    _Metric("jct_p95", "JCT p95", _stat_getter("jct", "p95"), format_duration, "lower", 2, True),
+    _Metric("jct_p99", "JCT p99", _stat_getter("jct", "p99"), format_duration, "lower", 2, True),
+    _Metric("wait_mean", "wait mean", _stat_getter("wait", "mean"), format_duration, "lower", 2, True),
+    _Metric("wait_p50", "wait p50", _stat_getter("wait", "p50"), format_duration, "lower", 2, True),
+    _Metric("wait_p95", "wait p95", _stat_getter("wait", "p95"), format_duration, "lower", 2, True),
+    _Metric("wait_p99", "wait p99", _stat_getter("wait", "p99"), format_duration, "lower", 2, True),
+    _Metric("makespan", "makespan", lambda s: s.makespan, format_duration, "lower", 2, True),
+    _Metric("jobs", "jobs", lambda s: s.jobs, _int_fmt, None),
     _Metric("completed", "jobs completed", lambda s: s.completed, _int_fmt, "higher"),
+    _Metric("running_at_end", "still running at the end", lambda s: s.running_at_end, _int_fmt, None),
+    _Metric("evicted_pending", "evicted, waiting at the end", lambda s: s.evicted_pending, _int_fmt, "lower"),
     _Metric("never_started", "jobs never started", lambda s: s.never_started, _int_fmt, "lower"),
+    _Metric("dropped", "jobs dropped", lambda s: s.dropped, _int_fmt, "lower"),
     _Metric("evictions", "evictions", lambda s: s.evictions, _int_fmt, "lower"),
     _Metric("gpu_hours_lost", "GPU-hours lost", lambda s: s.gpu_hours_lost, lambda x: _num(x, 1), "lower"),
     _Metric("fragmentation_mean", "fragmentation", lambda s: s.fragmentation_mean, _pct, "lower"),
@@ -571,12 +731,43 @@ def _best(values: Sequence[float | None], better: str | None) -> set[int]:
     return set() if len(best) == len(values) else best
 
 
-def _metric_rows(results: Sequence[SimResult]) -> list[tuple[_Metric, list[float | None], set[int]]]:
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    metric: _Metric
+    values: list[float | None]
+    best: set[int]  # indices of the runs with the best value (none: no order, all equal, or not comparable)
+    note: str = ""  # why no best is given although the figure has an order
+
+
+def _not_comparable(results: Sequence[SimResult], labels: Sequence[str], metric: _Metric) -> str:
+    """Why the runs' values of ``metric`` cannot be ranked ("" when they can)."""
+    jobs = [r.summary.jobs for r in results]
+    if metric.better is not None and len(set(jobs)) > 1:
+        counts = ", ".join(f"{label} {n:,}" for label, n in zip(labels, jobs, strict=True))
+        return f"not comparable: the runs have different workloads ({counts} jobs)"
+    done = [r.summary.completed for r in results]
+    if metric.per_completed and len(set(done)) > 1:
+        most = max(done)
+        fewer = [label for label, n in zip(labels, done, strict=True) if n < most]
+        counts = ", ".join(f"{label} {n:,}" for label, n in zip(labels, done, strict=True))
+        runs = "run " + fewer[0] if len(fewer) == 1 else "runs " + ", ".join(fewer)
+        return f"not comparable: {runs} finished fewer jobs ({counts} completed)"
+    return ""
+
+
+def _metric_rows(results: Sequence[SimResult], labels: Sequence[str] | None = None) -> list[MetricRow]:
+    names = list(labels) if labels is not None else [r.scenario for r in results]
     rows = []
     for m in METRICS:
         values = [_finite(m.get(r.summary)) for r in results]
-        rows.append((m, values, _best(values, m.better)))
+        note = _not_comparable(results, names, m) if len(results) > 1 else ""
+        rows.append(MetricRow(m, values, set() if note else _best(values, m.better), note))
     return rows
+
+
+def _title(results: Sequence[SimResult]) -> str:
+    """The runs' scenarios in the order given (each once)."""
+    return " / ".join(dict.fromkeys(r.scenario for r in results))
 
 
 _LABEL_RE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -607,36 +798,47 @@ def compare_dict(results: Sequence[SimResult], labels: Sequence[str]) -> dict[st
         "scenarios": [r.scenario for r in results],
         "metrics": [
             {
-                "key": m.key,
-                "title": m.title,
-                "better": m.better,
-                "values": [_round(v, m.digits) for v in values],
-                "best": [labels[i] for i in sorted(best)],
+                "key": row.metric.key,
+                "title": row.metric.title,
+                "better": row.metric.better,
+                "values": [_round(v, row.metric.digits) for v in row.values],
+                "best": [labels[i] for i in sorted(row.best)],
+                "comparable": not row.note,
+                "note": row.note,
             }
-            for m, values, best in _metric_rows(results)
+            for row in _metric_rows(results, labels)
         ],
         "runs": {label: summary_dict(r) for label, r in zip(labels, results, strict=True)},
     }
 
 
-def compare_text(results: Sequence[SimResult], labels: Sequence[str]) -> str:
-    """The comparison as an aligned plain-text table, the best value of each row marked with ``*``."""
+def compare_text(results: Sequence[SimResult], labels: Sequence[str], width: int | None = None) -> str:
+    """The comparison as an aligned plain-text table, the best value of each row marked with ``*`` and the rows
+    that cannot be ranked with ``†`` (why, below the table), the runs in the order given."""
     _check_labels(results, labels)
     header = ["", *labels]
     table = [header]
-    for m, values, best in _metric_rows(results):
-        table.append([m.title, *(m.fmt(v) + (" *" if i in best else "") for i, v in enumerate(values))])
-    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    rows = _metric_rows(results, labels)
+    for row in rows:
+        mark = " †" if row.note else ""
+        table.append([row.metric.title + mark,
+                      *(row.metric.fmt(v) + (" *" if i in row.best else "") for i, v in enumerate(row.values))])
+    widths = [max(len(r[c]) for r in table) for c in range(len(header))]
     lines = []
-    for k, row in enumerate(table):
-        cells = [row[0].ljust(widths[0])] + [row[c].rjust(widths[c]) for c in range(1, len(row))]
+    for k, cells_row in enumerate(table):
+        cells = [cells_row[0].ljust(widths[0])] + [cells_row[c].rjust(widths[c]) for c in range(1, len(cells_row))]
         lines.append("  ".join(cells).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
-    scenarios = sorted({r.scenario for r in results})
-    title = f"{' / '.join(scenarios)}: {len(results)} runs compared"
-    marked = any(best for _, _, best in _metric_rows(results))
-    return "\n".join([title, *lines, *(["* best of the row"] if marked else [])])
+    title = f"{_title(results)}: {len(results)} runs compared ({', '.join(labels)})"
+    notes = list(dict.fromkeys(row.note for row in rows if row.note))
+    footer = (["* best of the row"] if any(row.best for row in rows) else []) + [f"† {n}" for n in notes]
+    out = [*wrap_phrases([title], width), *lines]
+    for line in footer:
+        out.extend(wrap_phrases([line], width))
+    for label, r in zip(labels, results, strict=True):
+        out.extend(wrap_phrases([f"{label}: {accounting_text(r.summary)}"], width))
+    return "\n".join(out)
 
 
 def compare(results: list[SimResult], labels: list[str], outdir: Path) -> dict[str, Path]:
@@ -706,7 +908,16 @@ def _png(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def check_plotting() -> None:
+    """Raise :class:`ReportDependencyError` unless matplotlib can be imported (the report's plots need it)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ReportDependencyError(MATPLOTLIB_MISSING) from None
+
+
 def _render(draw: Callable[[], Figure]) -> str:
+    check_plotting()
     import matplotlib
 
     with matplotlib.rc_context(
@@ -757,14 +968,13 @@ def _plot_utilisation(series: _Series, unit: _TimeUnit) -> Figure:
         for a in axes:
             _empty(a, "no samples")
         return fig
-    t, total, alloc, frac, pending, running, fragm = downsample(
+    t, total, alloc, frac, pending, running = downsample(
         series.time,
         series.total,
         series.allocated,
         series.fractional,
         series.pending,
         series.running,
-        series.fragmentation,
     )
     x = t / unit.divisor
     whole = np.clip(alloc - frac, 0.0, None)
@@ -781,7 +991,9 @@ def _plot_utilisation(series: _Series, unit: _TimeUnit) -> Figure:
     ax_jobs.set_ylabel("jobs")
     _headroom(ax_jobs, float(np.nanmax(np.maximum(pending, running))), 1.45)
     ax_jobs.legend(loc="upper right", ncols=2)
-    ax_frag.fill_between(x, 0, 100 * fragm, step="post", color="#a463f2", alpha=0.5, lw=0)
+    starts, ends, share = fragmentation_intervals(series)
+    ax_frag.bar(starts / unit.divisor, 100 * np.nan_to_num(share), width=(ends - starts) / unit.divisor, align="edge",
+                color="#a463f2", alpha=0.6, lw=0)
     ax_frag.set_ylabel("fragmented\nidle GPUs (%)")
     ax_frag.set_ylim(0, 100)
     ax_frag.set_xlabel(f"time ({unit.name})")
@@ -790,6 +1002,33 @@ def _plot_utilisation(series: _Series, unit: _TimeUnit) -> Figure:
     else:
         ax.set_xlim(float(x[0]), float(x[-1]))
     return fig
+
+
+def fragmentation_intervals(
+    series: _Series, intervals: int = FRAGMENTATION_INTERVALS
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The fragmentation per interval of the run: (interval starts, ends, share 0..1 or NaN).
+
+    In each of ``intervals`` equal intervals, the idle whole GPUs that sat on partly used nodes over all idle
+    whole GPUs, each weighted by how long it lasted (GPU-seconds over GPU-seconds): a ratio of sums, so a moment
+    with 1 idle GPU weighs 1/100 of one with 100, unlike the per-cycle ratio, which jumps between 0 and 100 %
+    whenever only a few GPUs are idle. NaN where no GPU was idle in the interval."""
+    t = series.time
+    if len(t) == 0:
+        empty = np.zeros(0)
+        return empty, empty, empty
+    w = _weights(t)
+    idle = np.nan_to_num(series.idle) * w
+    partial = np.nan_to_num(series.fragmentation) * idle
+    start, end = float(t[0]), float(t[-1] + w[-1])
+    n = max(1, min(intervals, len(t)))
+    edges = np.linspace(start, end, n + 1)
+    which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, n - 1)
+    idle_sum = np.bincount(which, weights=idle, minlength=n)
+    partial_sum = np.bincount(which, weights=partial, minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(idle_sum > 1e-12, partial_sum / np.where(idle_sum > 1e-12, idle_sum, 1.0), np.nan)
+    return edges[:-1], edges[1:], share
 
 
 def _busiest(queues: dict[str, dict[str, FloatArray]], limit: int) -> list[str]:
@@ -1046,6 +1285,7 @@ th, td { padding:6px 9px; border-bottom:1px solid var(--line); text-align:right;
 th { color:var(--muted); font-weight:600; font-size:12px; background:#fafbfc; }
 th:first-child, td:first-child { text-align:left; }
 td.best { background:var(--good); color:var(--good-fg); font-weight:650; }
+td.muted { color:var(--muted); white-space:normal; text-align:left; }
 .scroll { overflow-x:auto; }
 details { margin-top:8px; }
 pre { background:#f3f4f7; padding:10px; border-radius:6px; overflow-x:auto; font-size:12px; }
@@ -1081,8 +1321,8 @@ def _allocation_bar(whole: float, frac: float) -> str:
     )
 
 
-def _stats_detail(stats: Stats) -> str:
-    return " · ".join(f"{k} {format_duration(_stat(stats, k))}" for k in ("p50", "p95", "p99"))
+def _stats_detail(stats: Stats, prefix: str = "") -> str:
+    return " · ".join(f"{k} {prefix}{format_duration(_stat(stats, k))}" for k in ("p50", "p95", "p99"))
 
 
 def _cards(result: SimResult) -> str:
@@ -1097,14 +1337,13 @@ def _cards(result: SimResult) -> str:
             f"fractional {_pct(s.fractional_allocation_mean)} · time-weighted mean",
             _allocation_bar(alloc - frac, frac),
         ),
-        _card("JCT mean", format_duration(_stat(s.jct, "mean")), _stats_detail(s.jct)),
-        _card("Waiting time mean", format_duration(_stat(s.wait, "mean")), _stats_detail(s.wait)),
-        _card("Makespan", format_duration(s.makespan), "last completion"),
-        _card(
-            "Jobs completed",
-            f"{s.completed:,} / {s.jobs:,}",
-            f"{s.never_started:,} never started",
-        ),
+        _card("JCT mean", format_duration(_stat(s.jct, "mean")),
+              _stats_detail(s.jct) + f" · over the {s.jct.count:,} completed jobs"),
+        _card("Waiting time mean", _bound(s) + format_duration(_stat(s.wait, "mean")),
+              _stats_detail(s.wait, _bound(s)) + (f" · {wait_note(s)}" if wait_note(s) else "")),
+        _card("Makespan", format_duration(s.makespan),
+              "last completion" + ("" if s.completed == s.jobs else f" (of the {s.completed:,} completed jobs)")),
+        _card("Jobs completed", f"{s.completed:,} / {s.jobs:,}", accounting_text(s)),
         _card(
             "Evictions",
             f"{s.evictions:,}",
@@ -1142,7 +1381,9 @@ def _queue_table(queues: Sequence[QueueFigures]) -> str:
         "requested",
         "jobs",
         "completed",
-        "never started",
+        "running at end",
+        "waiting at end",
+        "dropped",
         "evictions",
         "GPU-h lost",
         "wait mean",
@@ -1160,11 +1401,13 @@ def _queue_table(queues: Sequence[QueueFigures]) -> str:
             _fixed(q.requested, 1),
             f"{q.jobs:,}",
             f"{q.completed:,}",
-            f"{q.never_started:,}",
+            f"{q.running:,}",
+            f"{q.waiting:,}",
+            f"{q.dropped:,}",
             f"{q.evictions:,}",
             _fixed(q.gpu_hours_lost, 2),
-            format_duration(q.wait_mean),
-            format_duration(q.wait_p95),
+            ("≥ " if q.wait_censored else "") + format_duration(q.wait_mean),
+            ("≥ " if q.wait_censored else "") + format_duration(q.wait_p95),
             format_duration(q.jct_mean),
             format_duration(q.jct_p95),
         ]
@@ -1185,31 +1428,45 @@ def _job_row(j: JobRecord) -> list[str]:
         format_duration(j.jct),
         f"{j.evictions:,}",
         _fixed(j.lost_gpu_seconds / 3600, 2),
+        outcome_of(j) + (f": {j.reason}" if j.reason else ""),
     ]
 
 
-_JOB_HEADER = ["job", "queue", "GPUs", "arrival", "start", "end", "wait", "JCT", "evictions", "GPU-h lost"]
+_JOB_HEADER = ["job", "queue", "GPUs", "arrival", "start", "end", "wait", "JCT", "evictions", "GPU-h lost", "outcome"]
 
 
-def _notable_jobs(result: SimResult, limit: int = 10) -> str:
+def _shown(title: str, total: int, limit: int, order: str = "") -> str:
+    """A list's heading that says how much of it is shown: ``Evicted (19; showing 10 of 19, most work lost
+    first)``."""
+    if total <= limit:
+        return f"<h3>{_e(title)} ({total:,}{'; ' + order if order else ''})</h3>"
+    return f"<h3>{_e(title)} ({total:,}; showing {limit:,} of {total:,}{', ' + order if order else ''})</h3>"
+
+
+def _notable_jobs(result: SimResult, limit: int = MAX_JOB_ROWS) -> str:
     jobs = result.jobs
     parts = []
-    never = [j for j in jobs if j.start is None]
-    if never:
-        parts.append(f"<h3>Never started ({len(never):,})</h3>")
-        parts.append(_table(_JOB_HEADER, [_job_row(j) for j in never[:limit]]))
-    evicted = sorted((j for j in jobs if j.evictions), key=lambda j: (-j.lost_gpu_seconds, -j.evictions, j.name))
-    if evicted:
-        parts.append(f"<h3>Evicted ({len(evicted):,}), most work lost first</h3>")
-        parts.append(_table(_JOB_HEADER, [_job_row(j) for j in evicted[:limit]]))
-    waited = sorted((j for j in jobs if j.wait is not None), key=lambda j: (-(j.wait or 0.0), j.name))
-    if waited:
-        parts.append(f"<h3>Longest waits (top {min(limit, len(waited))})</h3>")
-        parts.append(_table(_JOB_HEADER, [_job_row(j) for j in waited[:limit]]))
+    outcome = [(j, outcome_of(j)) for j in jobs]
+    lists: list[tuple[str, list[JobRecord], str]] = [
+        ("Dropped: could never run", [j for j, o in outcome if o == DROPPED], ""),
+        ("Never started", [j for j, o in outcome if o == NEVER_STARTED], "in arrival order"),
+        ("Evicted and waiting again at the end", [j for j, o in outcome if o == EVICTED_PENDING], "in arrival order"),
+        ("Still running at the end", [j for j, o in outcome if o == RUNNING], "in arrival order"),
+        ("Evicted", sorted((j for j in jobs if j.evictions), key=lambda j: (-j.lost_gpu_seconds, -j.evictions, j.name)),
+         "most work lost first"),
+        ("Longest waits", sorted((j for j in jobs if j.wait is not None), key=lambda j: (-(j.wait or 0.0), j.name)),
+         "longest first"),
+    ]
+    for title, listed, order in lists:
+        if listed:
+            parts.append(_shown(title, len(listed), limit, order))
+            parts.append(_table(_JOB_HEADER, [_job_row(j) for j in listed[:limit]]))
     if not parts:
         return ""
-    note = "Times are from the start of the simulation; the full list is in jobs.csv."
-    return f'<section><h2>Jobs worth a look</h2><p class="note">{_e(note)}</p>{"".join(parts)}</section>'
+    note = ("Times are from the start of the simulation. Each list shows at most "
+            f"{limit} jobs; every job, with its outcome, is in jobs.csv.")
+    return (f'<section><h2>Jobs worth a look</h2><p class="note">{_e(note)} <a href="jobs.csv">jobs.csv</a></p>'
+            f'{"".join(parts)}</section>')
 
 
 def _plot_section(title: str, note: str, uri: str, alt: str) -> str:
@@ -1222,6 +1479,42 @@ def _config_details(config: Any, summary: str = "Scheduler configuration") -> st
         return ""
     text = json.dumps(config, indent=2, default=str, ensure_ascii=False)
     return f"<details><summary>{_e(summary)}</summary><pre>{_e(text)}</pre></details>"
+
+
+_INPUT_ROWS = (
+    ("scenario_path", "scenario file"),
+    ("scenario_sha256", "SHA-256 of the file"),
+    ("seed", "seed"),
+    ("period", "scheduling period"),
+    ("until", "until"),
+    ("jobs", "jobs in the scenario"),
+    ("kaisched_version", "kaisched version"),
+    ("command", "command line"),
+)
+
+
+def _input_value(key: str, value: object) -> str:
+    if value is None:
+        return "until every job finished" if key == "until" else "n/a (not from a file)" if key.startswith(
+            "scenario") else "n/a"
+    if key in ("period", "until") and isinstance(value, int | float):
+        return format_duration(float(value))
+    if key == "jobs" and isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _inputs_html(result: SimResult, label: str = "") -> str:
+    """What the run was made of: the scenario file, its hash, seed, version, command line, the scenario's text."""
+    inputs = result.inputs
+    if not inputs:
+        return ""
+    rows = [[title, _input_value(key, inputs.get(key))] for key, title in _INPUT_ROWS if key in inputs]
+    head = f"{label}: " if label else ""
+    text = inputs.get("scenario_text")
+    scenario = (f"<details><summary>{_e(head)}scenario file as read</summary><pre>{_e(text)}</pre></details>"
+                if isinstance(text, str) else "")
+    return _table(["input", "value"], rows) + scenario
 
 
 def render_html(result: SimResult) -> str:
@@ -1256,7 +1549,11 @@ def render_html(result: SimResult) -> str:
         _plot_section(
             "GPU utilisation",
             "GPUs held by running pods, whole and fractional (shared) stacked, against the cluster's capacity; "
-            "below, the pending and running jobs and the share of idle whole GPUs that sit on partly used nodes.",
+            "below, the pending and running jobs. Bottom: fragmentation, per interval of "
+            f"{format_duration(span / FRAGMENTATION_INTERVALS)}: of the idle whole GPUs in the interval "
+            "(GPU-time), the share that sat on nodes already partly used, where only jobs that fit beside the "
+            "others can use them (an idle GPU on an empty node takes any job); no bar: no GPU idle in the interval, "
+            "or none on a partly used node.",
             util,
             "GPU allocation over time",
         ),
@@ -1276,8 +1573,17 @@ def render_html(result: SimResult) -> str:
         ),
         "<section><h2>Per queue</h2>"
         '<p class="note">GPU figures are time-weighted means over the run.</p>' + _queue_table(queues) + "</section>",
+        "<section><h2>Every job accounted for</h2>"
+        f'<p class="note">{_e(accounting_text(s))}.'
+        + (f" Waiting times are {_e(wait_note(s))}." if s.wait_censored else
+           f" Waiting times: {_e(wait_note(s))}." if wait_note(s) else "")
+        + " JCT and makespan are over the completed jobs only.</p>"
+        + _table(["outcome", "jobs"], [[what, f"{n:,}"] for what, n in accounting(s)] + [["total", f"{s.jobs:,}"]])
+        + "</section>",
         _notable_jobs(result),
-        _config_details(result.config),
+        "<section><h2>Inputs</h2>"
+        '<p class="note">What this run was made of: run the command line again on a file with the same SHA-256 '
+        "for the same result.</p>" + _inputs_html(result) + _config_details(result.config) + "</section>",
         '<footer>Data: <a href="summary.json">summary.json</a> · <a href="samples.csv">samples.csv</a> · '
         '<a href="queues.csv">queues.csv</a> · <a href="jobs.csv">jobs.csv</a></footer>',
     ]
@@ -1295,25 +1601,31 @@ def render_compare_html(results: Sequence[SimResult], labels: Sequence[str], dir
     dist = _render(lambda: _plot_distributions(list(zip(labels, (r.jobs for r in results), strict=True)), False))
     per_queue = _render(lambda: _plot_compare_queues(runs, unit))
     rows, classes = [], []
-    for m, values, best in _metric_rows(results):
-        rows.append([m.title, *(m.fmt(v) for v in values)])
-        classes.append(["", *("best" if i in best else "" for i in range(len(values)))])
-    scenarios = sorted({r.scenario for r in results})
-    title = " / ".join(scenarios)
+    for row in _metric_rows(results, labels):
+        rows.append([row.metric.title, *(row.metric.fmt(v) for v in row.values), row.note])
+        classes.append(["", *("best" if i in row.best else "" for i in range(len(row.values))), "muted"])
+    title = _title(results)
     links = " · ".join(f'<a href="{_e(d)}/report.html">{_e(label)}</a>' for label, d in zip(labels, dirs, strict=True))
     configs = "".join(
-        _config_details(r.config, f"{label}: scheduler configuration") for label, r in zip(labels, results, strict=True)
+        f"<h3>{_e(label)}</h3>" + _inputs_html(r, label)
+        + _config_details(r.config, f"{label}: scheduler configuration")
+        for label, r in zip(labels, results, strict=True)
     )
+    accounted = "".join(f"<li>{_e(label)}: {_e(accounting_text(r.summary))}</li>"
+                        for label, r in zip(labels, results, strict=True))
     body = [
         '<header><div class="kind">kaisched simulation · comparison</div>',
         f"<h1>{_e(title)}</h1>",
         f'<p class="sub">{_e(f"{len(results)} runs: " + ", ".join(labels))}</p></header>',
         "<section><h2>Key figures</h2>"
-        '<p class="note">The best value of each row is highlighted (none when all runs are equal).</p>'
-        + _table(["", *labels], rows, classes)
+        '<p class="note">The best value of each row is highlighted (none when all runs are equal, and none where '
+        "the runs are not comparable: a figure over the completed jobs (JCT, waiting time, makespan) is only ranked "
+        "between runs that completed as many jobs; a run that finishes fewer jobs can look faster).</p>"
+        + _table(["", *labels, "note"], rows, classes)
+        + f"<ul>{accounted}</ul>"
         + f'<p class="note" style="margin-top:10px">Each run\'s own report: {links}</p>'
-        + configs
         + "</section>",
+        "<section><h2>Inputs</h2>" + configs + "</section>",
         _plot_section(
             "GPU utilisation",
             "Allocated GPUs per run (fractional dotted) against capacity.",

@@ -6,6 +6,7 @@ name: three-teams
 period: 30s                  # between scheduling cycles (a Go duration or seconds)
 until: 24h                   # optional: stop here (default: when every job has finished)
 seed: 7                      # for the generated workload, the queue tree and trace resampling
+impossible_jobs: error       # jobs no node / the whole cluster could ever run: error (default) or drop
 config: {...}                # KAI-format scheduler configuration, or config_file: sched.yaml
 cluster:
   files: [cluster/]          # node / queue / priority class / topology manifests (files or folders)
@@ -38,6 +39,12 @@ workload:
 Compact jobs: ``pods`` (default 1), ``gpus`` per pod (a fraction below 1 is ``gpu-fraction``), ``cpu``,
 ``memory``, ``queue``, ``priority_class`` (default ``train``), ``min_member`` (default all pods),
 ``namespace`` (default ``default``). Times and durations are Go durations (``90s``, ``1h30m``) or seconds.
+
+Checks (:func:`scenario_from_mapping`): a malformed value raises :class:`ScenarioError` naming its field (unknown
+fields too); then every unknown queue and every job that could never run (:mod:`kaisched.sim.validate`) is
+collected and raised together (``ScenarioError.problems``), unless ``impossible_jobs: drop`` leaves such jobs out
+(``Scenario.dropped``; the run counts them as dropped). Each arrival records where it is written
+(``Arrival.source``: ``workload.generate[1].mix[0]``, ``workload.arrivals[3].job``, a trace's ``file:line``).
 
 A ``queue_tree`` (:func:`queue_tree`) adds ``departments`` top-level Queues ``dept-<d>``, each with ``teams`` leaf
 Queues ``dept-<d>-team-<t>``: their GPU quotas split ``gpus`` (``auto``, the default: the GPUs of the cluster's
@@ -78,6 +85,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -88,12 +96,17 @@ from kaisched.k8s.loader import load_documents
 from kaisched.k8s.quantity import QuantityError, parse_duration, parse_quantity
 from kaisched.model.dra import is_gpu_class, is_gpu_driver
 from kaisched.model.dra_cel import CelError, compile_selector
-from kaisched.sim import traces
+from kaisched.sim import traces, validate
 from kaisched.sim.model import Arrival, Obj, Scenario
 
 
 class ScenarioError(ValueError):
-    """A scenario file that cannot be used; the message names the field."""
+    """A scenario file that cannot be used; the message names the field. ``problems``: each problem found (the
+    message is them, one a line)."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems) or [message]
 
 
 def _seconds(value: object, field: str) -> float:
@@ -349,6 +362,8 @@ def job_objects(spec: Mapping[str, Any], field: str, *, name: str | None = None,
     gpus = spec.get("gpus", 0)
     if isinstance(gpus, bool) or not isinstance(gpus, int | float) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
         raise ScenarioError(f"{field}.gpus: expected a whole number of GPUs or a fraction below 1, got {gpus!r}")
+    _quantity_value(spec.get("cpu", 1), f"{field}.cpu")
+    _quantity_value(spec.get("memory", "4Gi"), f"{field}.memory")
     min_member = spec.get("min_member", pods)
     if not isinstance(min_member, int) or not 1 <= min_member <= pods:
         raise ScenarioError(f"{field}.min_member: expected 1..{pods}, got {min_member!r}")
@@ -383,12 +398,15 @@ def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses) -> list
     for i, raw in enumerate(entries):
         field = f"workload.arrivals[{i}]"
         e = _mapping(raw, field)
+        _unknown(e, ARRIVAL_FIELDS, field)
         t = _seconds(e.get("time", 0), f"{field}.time")
         duration = _seconds(e.get("duration", "inf"), f"{field}.duration")
         if "job" in e:
+            source = f"{field}.job"
             objs, queue, gpus = job_objects(_mapping(e["job"], f"{field}.job"), f"{field}.job", classes=classes)
             name = f"{objs[0]['metadata']['namespace']}/{objs[0]['metadata']['name']}"
         elif "manifest" in e or "file" in e:
+            source = f"{field}.file" if "file" in e else f"{field}.manifest"
             if "file" in e:
                 docs, errors = load_documents([base / str(e["file"])])
                 if errors:
@@ -403,7 +421,7 @@ def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses) -> list
             objs, queue, gpus = [dict(d) for d in docs], str(labels.get("kai.scheduler/queue", "")), 0.0
         else:
             raise ScenarioError(f"{field}: give a job, a manifest or a file")
-        out.append(Arrival(t, name, queue, tuple(objs), duration, gpus))
+        out.append(Arrival(t, name, queue, tuple(objs), duration, gpus, source))
     return out
 
 
@@ -540,10 +558,23 @@ class ClusterFacts:
 
     parents: dict[str, str | None]  # Queue name -> its parent, in the order of the objects
     gpus: int
+    problems: list[str] = dataclass_field(default_factory=list)  # found while reading, reported together
 
     @classmethod
     def of(cls, objects: Sequence[Obj]) -> ClusterFacts:
         return cls(_queue_parents(objects), cluster_gpus(objects))
+
+    def check_queue(self, name: object, field: str) -> None:
+        """Note a problem unless ``name`` is a leaf queue of the cluster (or ``default-queue``, always there)."""
+        if name == C.DEFAULT_QUEUE_NAME and name not in self.parents:
+            return
+        if not isinstance(name, str) or name not in self.parents:
+            known = ", ".join(self.parents) or "none"
+            self.problems.append(f"{field}: unknown queue {name!r} (the cluster's queues: {known}; define it in "
+                                 "cluster.objects, cluster.files or cluster.queue_tree)")
+        elif not self.is_leaf(name):
+            self.problems.append(f"{field}: {name!r} is a parent queue; jobs go to leaf queues (try "
+                                 f"{{leaves: {name}}})")
 
     def is_leaf(self, name: str) -> bool:
         return name not in set(self.parents.values())
@@ -626,6 +657,7 @@ class _Kind:
     """One kind of job of a ``generate`` stream (the stream itself, or one entry of its ``mix``)."""
 
     field: str  # where its GPU ask is written (for the errors of its claim)
+    source: str  # the stream or mix entry it is (``workload.generate[1].mix[0]``)
     weight: float
     queue: str
     queues: tuple[str, ...]  # each job's queue drawn from these (empty: ``queue``)
@@ -680,14 +712,9 @@ def _queue_list(value: object, field: str, facts: ClusterFacts) -> tuple[str, ..
     if not isinstance(value, list) or not value:
         raise ScenarioError(f"{field}: expected a list of leaf queues, leaves (all of them) or "
                             f"{{leaves: <parent queue>}}, got {value!r}")
-    for name in value:
-        if not isinstance(name, str) or name not in facts.parents:
-            raise ScenarioError(f"{field}: unknown queue {name!r} (define it in cluster.objects, cluster.files "
-                                "or cluster.queue_tree)")
-        if not facts.is_leaf(name):
-            raise ScenarioError(f"{field}: {name!r} is a parent queue; jobs go to leaf queues (try "
-                                f"{{leaves: {name}}})")
-    return tuple(value)
+    for i, name in enumerate(value):
+        facts.check_queue(name, f"{field}[{i}]")
+    return tuple(str(name) for name in value)
 
 
 def _duration_range(value: object, field: str) -> tuple[float, float]:
@@ -712,9 +739,11 @@ def _quantity_value(value: object, field: str) -> None:
     try:
         if isinstance(value, bool):
             raise TypeError
-        parse_quantity(value)  # type: ignore[arg-type]
+        amount = parse_quantity(value)  # type: ignore[arg-type]
     except (QuantityError, ValueError, TypeError):
         raise ScenarioError(f"{field}: expected a quantity like 8 or 64Gi, got {value!r}") from None
+    if amount < 0:
+        raise ScenarioError(f"{field}: must be >= 0, got {value!r}")
 
 
 def _kind(layers: Sequence[tuple[Mapping[str, Any], str]], weight: float, facts: ClusterFacts,
@@ -725,6 +754,8 @@ def _kind(layers: Sequence[tuple[Mapping[str, Any], str]], weight: float, facts:
     if "queue" in q_raw and "queues" in q_raw:
         raise ScenarioError(f"{q_field}.queues: give queue (one queue) or queues (drawn per job), not both")
     queue = str(q_raw.get("queue") or "default-queue")
+    if q_raw.get("queue") is not None:
+        facts.check_queue(q_raw["queue"], f"{q_field}.queue")
     queues = () if q_raw.get("queues") is None else _queue_list(q_raw["queues"], f"{q_field}.queues", facts)
     dur, dur_field = _layered(layers, "duration", ["10m", "1h"])
     pods_raw, pods_field = _layered(layers, "pods", 1)
@@ -757,8 +788,8 @@ def _kind(layers: Sequence[tuple[Mapping[str, Any], str]], weight: float, facts:
     for pc in priority_class.values():
         if not isinstance(pc, str) or not pc:
             raise ScenarioError(f"{pc_field}: expected a priority class name or a list of them, got {pc!r}")
-    return _Kind(gpu_field, weight, str(queue), queues, _duration_range(dur, dur_field), pods, gpus, claim,
-                 claim_field, cpu, memory, priority_class)
+    return _Kind(gpu_field, layers[-1][1], weight, str(queue), queues, _duration_range(dur, dur_field), pods, gpus,
+                 claim, claim_field, cpu, memory, priority_class)
 
 
 def _mix(g: Mapping[str, Any], field: str, facts: ClusterFacts, classes: ClaimClasses) -> list[_Kind]:
@@ -853,7 +884,7 @@ def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: 
             objs, queue, gpus = job_objects(spec, kind.field, classes=classes)
             asked += gpus
             out.append(Arrival(round(t, 3), f"{spec['namespace']}/{spec['name']}", queue, tuple(objs),
-                               round(duration, 3), gpus))
+                               round(duration, 3), gpus, kind.source))
         else:
             if target != math.inf and asked < target - 1e-9:
                 raise ScenarioError(f"{field}.fill: {MAX_FILL_JOBS:,} jobs do not ask {target:g} GPUs; ask fewer")
@@ -866,17 +897,34 @@ def _trace(raw: Mapping[str, Any], base: Path) -> list[Arrival]:
     options = {k: v for k, v in raw.items() if k not in ("format", "path")}
     try:
         if fmt == "openb":
-            return traces.openb_arrivals(path, **options)
-        if fmt == "csv":
-            return traces.csv_arrivals(path, **options)
+            arrivals = traces.openb_arrivals(path, **options)
+        elif fmt == "csv":
+            arrivals = traces.csv_arrivals(path, **options)
+        else:
+            raise ScenarioError(f"workload.trace.format: expected openb or csv, got {fmt!r}")
     except (TypeError, ValueError, OSError) as exc:
+        if isinstance(exc, ScenarioError):
+            raise
         raise ScenarioError(f"workload.trace: {exc}") from None
-    raise ScenarioError(f"workload.trace.format: expected openb or csv, got {fmt!r}")
+    return [replace(a, source=f"workload.trace ({a.source or a.name})") for a in arrivals]
 
 
 # ------------------------------------------------------------------------------------------- loading
+SCENARIO_FIELDS = ("name", "description", "period", "until", "seed", "config", "config_file", "cluster", "workload",
+                   "impossible_jobs")
+CLUSTER_FIELDS = ("files", "objects", "pools", "queue_tree")
+WORKLOAD_FIELDS = ("arrivals", "generate", "trace")
+ARRIVAL_FIELDS = ("time", "duration", "job", "manifest", "file")
+
+
 def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, seed: int | None = None) -> Scenario:
+    """The scenario a file's content describes; raises :class:`ScenarioError` naming the field of the first
+    malformed value, or listing every unknown queue and impossible job (:mod:`kaisched.sim.validate`)."""
+    extra = sorted(str(k) for k in doc if k not in SCENARIO_FIELDS)
+    if extra:
+        raise ScenarioError(f"{extra[0]}: unknown field (expected {', '.join(SCENARIO_FIELDS)})")
     cluster = _mapping(doc.get("cluster"), "cluster")
+    _unknown(cluster, CLUSTER_FIELDS, "cluster")
     objects: list[Obj] = []
     files = [base / str(f) for f in _list(cluster.get("files"), "cluster.files")]
     if files:
@@ -916,26 +964,55 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
             raise ScenarioError(f"config_file: {exc}") from None
         config = dict(_mapping(loaded, "config_file"))
     workload = _mapping(doc.get("workload"), "workload")
+    _unknown(workload, WORKLOAD_FIELDS, "workload")
+    facts = ClusterFacts.of(objects)
     arrivals = _arrivals(_list(workload.get("arrivals"), "workload.arrivals"), base, classes)
-    arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes,
-                           ClusterFacts.of(objects))
+    arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes, facts)
     if workload.get("trace") is not None:
         arrivals += _trace(_mapping(workload.get("trace"), "workload.trace"), base)
     until = doc.get("until")
-    return Scenario(
+    period = _seconds(doc.get("period", 10), "period")
+    if period <= 0 or period == math.inf:
+        raise ScenarioError(f"period: expected a duration > 0 (the time between scheduling cycles), got "
+                            f"{doc.get('period')!r}")
+    scenario = Scenario(
         name=str(doc.get("name") or "scenario"), cluster=objects, arrivals=arrivals, config=config,
-        period=_seconds(doc.get("period", 10), "period") or 10.0,
-        until=None if until is None else _seconds(until, "until"), seed=run_seed,
+        period=period, until=None if until is None else _seconds(until, "until"), seed=run_seed,
         description=str(doc.get("description") or ""),
     )
+    impossible = doc.get("impossible_jobs", "error")
+    if impossible not in ("error", "drop"):
+        raise ScenarioError(f"impossible_jobs: expected error (refuse a scenario with jobs that could never run) or "
+                            f"drop (leave them out; the report counts them as dropped), got {impossible!r}")
+    found = validate.impossible_jobs(scenario)
+    problems = [*facts.problems, *(str(p) for p in validate.queue_problems(scenario))]
+    if impossible == "error":
+        problems += [str(p) for p in validate.impossible_problems(scenario, found)]
+    elif found:
+        reasons = dict(found)
+        scenario.dropped = [(a, reasons[i]) for i, a in enumerate(arrivals) if i in reasons]
+        scenario.arrivals = [a for i, a in enumerate(arrivals) if i not in reasons]
+    problems = list(dict.fromkeys(problems))
+    if problems:
+        raise ScenarioError("\n".join(problems), problems)
+    return scenario
 
 
 def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text())
+        text = p.read_text(encoding="utf-8")
+        doc = yaml.safe_load(text)
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a text file (UTF-8)") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: invalid YAML: {exc}") from None
-    return scenario_from_mapping(_mapping(doc, str(path)), p.parent, seed=seed)
+    if not isinstance(doc, Mapping):
+        raise ScenarioError(f"{path}: expected a scenario (a mapping with cluster, workload, ...), got "
+                            f"{type(doc).__name__}")
+    scenario = scenario_from_mapping(doc, p.parent, seed=seed)
+    scenario.path = str(path)
+    scenario.text = text
+    return scenario

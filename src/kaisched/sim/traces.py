@@ -537,7 +537,7 @@ def csv_arrivals(
                               priority_class, job.pods)
         duration = job.duration * time_scale if math.isfinite(job.duration) else job.duration
         out.append(Arrival((submit - t0) * time_scale, f"{namespace}/{name}", queue, objects, duration,
-                           job.gpus_per_pod * job.pods))
+                           job.gpus_per_pod * job.pods, f"{file}:{line}"))
     return out
 
 
