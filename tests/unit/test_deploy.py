@@ -1096,7 +1096,10 @@ def test_dockerfile_runs_kaisched_as_a_non_root_user() -> None:
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     froms = [line.split()[1] for line in lines if line.startswith("FROM ")]
-    assert froms and all(f == "python:3.11-slim" for f in froms)
+    base = next(line.split("=", 1)[1] for line in lines if line.startswith("ARG BASE_IMAGE="))
+    # every stage on one base, pinned by digest (the tag beside it for the reader)
+    assert froms and all(f == "${BASE_IMAGE}" for f in froms)
+    assert re.fullmatch(r"python:3\.11-slim(-\w+)?@sha256:[0-9a-f]{64}", base), base
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users, "no USER"
     uid = users[-1].split(":")[0]
@@ -1138,6 +1141,8 @@ def test_the_image_build_compiles_the_core() -> None:
         assert (ROOT / needed).exists(), needed
         assert not _docker_ignores(patterns, needed), f"{needed} is left out of the build context"
     assert _docker_ignores(patterns, "scripts/kube-apiserver.sh") and _docker_ignores(patterns, "build/compiled")
-    assert "RUN pip wheel --wheel-dir /wheels ." in build_stage
+    # the wheel is built from the locked build tools, nothing resolved afresh
+    assert "RUN pip install --require-hashes -r requirements/dev.txt" in build_stage
+    assert "RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels ." in build_stage
     assert "ARG KAISCHED_PURE_PYTHON" in build_stage  # the interpreted core on request
     assert "gcc" not in runtime_stage, "the runtime stage has no build tools"
