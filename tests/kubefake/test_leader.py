@@ -132,7 +132,7 @@ def test_losing_renewals_past_the_deadline_stops_leading(server: FakeApiServer, 
     server.fail_next("PUT", r"/leases/kaisched$", 500, times=10_000)
     failing_since = time.monotonic()
     assert calls.stopped.wait(3)
-    assert time.monotonic() - failing_since >= 0.4  # kept trying for about renew_deadline (0.5 s)
+    assert time.monotonic() - failing_since >= 0.35  # kept trying about renew_deadline (0.5 s)
     assert not a.is_leader
     server.clear_faults()
     assert wait_until(lambda: a.is_leader, 3)  # a candidate again: the lease is still its own

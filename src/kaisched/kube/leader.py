@@ -10,9 +10,18 @@
   between, and the next round reads again (optimistic concurrency; two candidates never both win).
 * The leader renews every ``retry_period``; when no renewal has succeeded for ``renew_deadline``, or
   another holder shows up, it stops leading (``on_stopped_leading``) and becomes a candidate again.
-  :attr:`LeaderElector.is_leader` turns False by itself once ``renew_deadline`` has passed since the last
-  successful renewal, even if the elector's thread is stuck, and ``renew_deadline < lease_duration``
-  guarantees that happens before anyone else may take over.
+* **Fencing** (terms): each acquisition starts a new *term* (:attr:`LeaderElector.term`, 1, 2, ...; the
+  Lease's ``leaseTransitions`` is recorded with it). :meth:`LeaderElector.holds` ``(term)`` is True only while
+  that term is the current one and its lease is *valid with margin*: the last successful write of the Lease in
+  this term was **sent** less than ``renew_deadline`` ago (monotonic clock, read before the request goes out).
+  Another replica may take over only ``lease_duration`` after it saw that write, which it cannot see before
+  the write was sent, so every check that passes leaves at least ``lease_duration - renew_deadline`` (the
+  margin) before anyone else may write. The check makes no API call: a process that was paused (SIGSTOP, a
+  frozen VM, a long GC) resumes with the monotonic clock advanced and fails it at once. A term's validity,
+  once lost, never comes back (the term is *lapsed*; the elector stops leading at its next round and a new
+  acquisition is a new term), and a renewal that finds ``leaseTransitions`` changed (someone else held the
+  Lease in between) ends the term too. :attr:`LeaderElector.is_leader` is ``holds(term)`` for the current
+  term, so it turns False by itself even if the elector's thread is stuck.
 * :meth:`LeaderElector.release` (on shutdown) clears ``holderIdentity`` so that a successor acquires at once.
 
 Callbacks run on the elector's thread and must return quickly (start your own thread for real work).
@@ -99,18 +108,54 @@ class LeaderElector:
         self._observed_time = 0.0
         self._observed_rv: str | None = None
         self._leading = False
-        self._last_renew = -math.inf
+        self._last_renew = -math.inf  # clock() when the last successful write of the Lease was sent
+        self._lapsed = False  # the current term's lease validity ran out (never valid again)
+        self._term_transitions: int | None = None  # the Lease's leaseTransitions when the term began
         self._last_leader: str | None = None
-        #: times this elector became leader
+        #: times this elector became leader (the number of the current or last term)
         self.terms = 0
 
     # -- state --------------------------------------------------------------------------------------
 
     @property
     def is_leader(self) -> bool:
-        """Leading, and the last successful renewal is less than ``renew_deadline`` old."""
+        """Leading, and the current term's lease is valid with margin (:meth:`holds`)."""
         with self._lock:
-            return self._leading and self._clock() - self._last_renew < self.renew_deadline
+            return self._holds(self.terms)
+
+    @property
+    def term(self) -> int:
+        """The current term (1 for the first acquisition, then 2, ...); 0 while not leading."""
+        with self._lock:
+            return self.terms if self._leading else 0
+
+    @property
+    def margin(self) -> float:
+        """Seconds left, at least, between the end of a term's validity and the moment another replica may
+        take the Lease over: ``lease_duration - renew_deadline``."""
+        return self.lease_duration - self.renew_deadline
+
+    def holds(self, term: int) -> bool:
+        """True while ``term`` is the current term and its lease is valid with margin: the last successful write
+        of the Lease in this term was sent less than ``renew_deadline`` ago. No API call; cheap enough to ask
+        before every write. Once False for a term, it stays False."""
+        with self._lock:
+            return self._holds(term)
+
+    def valid_for(self) -> float:
+        """Seconds of validity the current term has left (0 when not leading or lapsed)."""
+        with self._lock:
+            if not self._holds(self.terms):
+                return 0.0
+            return max(0.0, self._last_renew + self.renew_deadline - self._clock())
+
+    def _holds(self, term: int) -> bool:  # with the lock held
+        if not self._leading or term != self.terms or term <= 0 or self._lapsed:
+            return False
+        if self._clock() - self._last_renew < self.renew_deadline:
+            return True
+        self._lapsed = True  # from now on this term never writes again
+        return False
 
     @property
     def leader(self) -> str | None:
@@ -163,6 +208,7 @@ class LeaderElector:
         body = dict(lease)
         body["metadata"] = dict(meta)
         body["spec"] = {**spec, **new_spec}
+        sent_at = self._clock()  # before the request: the server cannot have the write any earlier
         try:
             updated = self.api.request("PUT", self.lease_path, body=body).body
         except ApiError as err:
@@ -172,7 +218,7 @@ class LeaderElector:
             else:
                 log.warning("leader election: updating Lease %s/%s: %s", self.namespace, self.name, err)
             return False
-        self._accept(updated, body["spec"])
+        self._accept(updated, body["spec"], sent_at)
         return True
 
     def _create(self, now: str) -> bool:
@@ -180,22 +226,23 @@ class LeaderElector:
                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
         body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
                 "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
+        sent_at = self._clock()
         try:
             created = self.api.request("POST", LEASE.create_path(self.namespace), body=body).body
         except ApiError as err:
             if err.status != 409:
                 log.warning("leader election: creating Lease %s/%s: %s", self.namespace, self.name, err)
             return False
-        self._accept(created, spec)
+        self._accept(created, spec, sent_at)
         return True
 
-    def _accept(self, written: JSON, spec: dict[str, Any]) -> None:
+    def _accept(self, written: JSON, spec: dict[str, Any], sent_at: float) -> None:
         rv = None
         if isinstance(written, dict) and isinstance(written.get("metadata"), dict):
             rv = written["metadata"].get("resourceVersion")
         self._observe(spec, rv)
         with self._lock:
-            self._last_renew = self._clock()
+            self._last_renew = sent_at
 
     def _observe(self, spec: dict[str, Any], rv: Any) -> None:
         holder = spec.get("holderIdentity") or ""
@@ -273,8 +320,24 @@ class LeaderElector:
             self._sleep(self.retry_period)
             if self._stop.is_set():
                 return
+            with self._lock:
+                term = self.terms
+                lapsed = not self._holds(term)
+            if lapsed:  # the process was paused, or the thread starved, past the renew deadline
+                log.warning("leader election: %s's lease on %s/%s lapsed (no renewal sent for %.1fs, the renew "
+                            "deadline): term %d ends, nothing more is written in it", self.identity,
+                            self.namespace, self.name, self.renew_deadline, term)
+                return
             if self._round():
-                continue
+                with self._lock:
+                    transitions = _positive_int((self._observed_spec or {}).get("leaseTransitions"))
+                    same_term = transitions == self._term_transitions
+                if same_term:
+                    continue
+                log.warning("leader election: Lease %s/%s was held by another replica since term %d began "
+                            "(leaseTransitions %s, was %s): the term ends", self.namespace, self.name, term,
+                            transitions, self._term_transitions)
+                return
             with self._lock:
                 holder = (self._observed_spec or {}).get("holderIdentity")
                 expired = self._clock() - self._last_renew >= self.renew_deadline
@@ -297,8 +360,13 @@ class LeaderElector:
     def _start_leading(self) -> None:
         with self._lock:
             self._leading = True
+            self._lapsed = False
             self.terms += 1
-        log.info("leader election: %s leads Lease %s/%s", self.identity, self.namespace, self.name)
+            term = self.terms
+            self._term_transitions = _positive_int((self._observed_spec or {}).get("leaseTransitions"))
+            transitions = self._term_transitions
+        log.info("leader election: %s leads Lease %s/%s (term %d, leaseTransitions %s)", self.identity,
+                 self.namespace, self.name, term, transitions)
         if self.on_started_leading is not None:
             self._call(self.on_started_leading)
 

@@ -18,7 +18,11 @@ for, from the cycle result's ``scenario_search``), ``scenario_search_action_budg
 ``scenario_search_{action,job,generator}_budget_configured_seconds`` (:meth:`SchedulerMetrics.set_search_budgets`;
 0 = unlimited, as without ``scenarioSearchBudgets``). Queue-controller metrics (the queue controller runs in this
 process): ``queue_info``, ``queue_deserved_gpus``, ``queue_quota_cpu_cores``, ``queue_quota_memory_bytes``,
-``queue_allocated_gpus``, ``queue_allocated_cpu_cores``, ``queue_allocated_memory_bytes``. KAI metrics that
+``queue_allocated_gpus``, ``queue_allocated_cpu_cores``, ``queue_allocated_memory_bytes``. One metric of
+kaisched's own, with the same prefix: ``fenced_writes_dropped_total{operation}``, the writes a replica did not send
+because its leadership term was over or its Lease no longer valid with margin
+(:meth:`SchedulerMetrics.fenced_write_dropped`, fed by the writer; ``operation`` is the operation's class:
+``Bind``, ``Evict``, ``Event``, ...). KAI metrics that
 kaisched has nothing to feed with (usage-DB queries and queue usage, victim-scenario counters and
 ``scenario_search_duration_seconds`` / ``scenario_search_scenarios_total``, preemption attempts, jobs considered
 per action) are not exported.
@@ -203,6 +207,10 @@ class SchedulerMetrics:
         self.search_action_exhausted = Counter("scenario_search_action_budget_exhausted_total",
                                                "Count of action-level scenario search budget exhaustion events.",
                                                ["action"], namespace=ns, registry=reg)
+        self.fenced_writes_dropped = Counter("fenced_writes_dropped",
+                                             "Writes not sent because the replica's lease was no longer held "
+                                             "(a plan made under a lease or term that ended)", ["operation"],
+                                             namespace=ns, registry=reg)
         self._queue_gauges = (self.fair_share_cpu, self.fair_share_memory, self.fair_share_gpu, self.queue_info,
                               self.queue_deserved_gpus, self.queue_quota_cpu, self.queue_quota_memory,
                               self.queue_allocated_gpus, self.queue_allocated_cpu, self.queue_allocated_memory)
@@ -219,6 +227,7 @@ class SchedulerMetrics:
         self._evicted_children: dict[tuple[str, str, str, str, str], Any] = {}
         self._queue_children: dict[str, tuple[Any, ...]] = {}
         self._search_children: dict[tuple[str, str, str], Any] = {}
+        self._fenced_children: dict[str, Any] = {}
 
     # ---- feeding --------------------------------------------------------------------------------------
     def record_cycle(self, result: CycleResult, timings: CycleTimings, lookup: Lookup | None = None,
@@ -266,6 +275,13 @@ class SchedulerMetrics:
     def observe_bind(self, milliseconds: float) -> None:
         """One bind, from its decision to the API server's answer."""
         self.task_bind_latency.observe(milliseconds)
+
+    def fenced_write_dropped(self, operation: str) -> None:
+        """One write dropped by the writer's fence (``operation``: the operation's class name)."""
+        child = self._fenced_children.get(operation)
+        if child is None:
+            child = self._fenced_children[operation] = self.fenced_writes_dropped.labels(operation)
+        child.inc()
 
     def _plugin_child(self, plugin: str, phase: str) -> Any:
         child = self._plugin_children.get((plugin, phase))

@@ -18,6 +18,14 @@ Leadership (``leader_elect``): only the holder of the Lease schedules. A replica
 at once (:meth:`KubeScheduler.run` returns 1, the process exits and Kubernetes restarts it as a standby),
 as KAI and client-go controllers do; a new leader starts from the API's state: pods bound by its
 predecessor are bound in its cache, and a second bind of one pod is refused by the API server (409).
+
+Fencing: each cycle belongs to the leadership term current when it starts
+(:attr:`~kaisched.kube.leader.LeaderElector.term`), and its writes go to that term's writer, whose fence is
+``elector.holds(term)`` (the term is current and its Lease valid with margin; no API call). A cycle is not run
+when the fence fails at its start; the writer asks the fence again for the batch and before every request, and
+once it fails drops the rest of the plan (:mod:`kaisched.kube.writer`). The first failed fence ends the
+replica's leadership as a lost Lease does (exit 1), so a replica that was paused (SIGSTOP, a frozen VM, a long
+GC) past its lease writes nothing after it resumes, not even its next cycle's plan.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from kaisched.cluster.memo import CycleMemo
@@ -140,6 +149,7 @@ class KubeScheduler:
         self.grouper = PodGrouperController(self.scheduler_name)
         self.error_events = EventMemory()
         self.writer: ClusterWriter | None = None
+        self._writer_term: int | None = None  # the leadership term the writer writes for (None: no election)
         self.elector: LeaderElector | None = None
         self.server: HealthServer | None = None
         self.cycles = 0
@@ -266,9 +276,12 @@ class KubeScheduler:
         # /healthz fails only when no cycle ended for this long (a full cycle on a very large cluster takes
         # tens of seconds: see benchmarks/RESULTS.md)
         self.health.register_loop(CYCLE_LOOP, max(300.0, 10 * o.schedule_period))
-        self.writer = self._new_writer()
+        self._writer_for(self._term())
         next_at = self._clock()
         while not self._stop.is_set():
+            if not self._holds(self._writer_term):  # before each cycle: the term still holds its Lease
+                self._fenced_stop()
+                break
             self.run_cycle()
             if o.max_cycles is not None and self.cycles >= o.max_cycles:
                 break
@@ -285,9 +298,40 @@ class KubeScheduler:
             return 1
         return 0
 
-    def _new_writer(self) -> ClusterWriter:
+    def _new_writer(self, term: int | None = None) -> ClusterWriter:
+        fence = partial(self.elector.holds, term) if self.elector is not None and term is not None else None
         return ClusterWriter(self.api, workers=self.options.workers, on_failure=self._on_failure,
-                             metrics=self.metrics, lookup=self.lookup)
+                             metrics=self.metrics, lookup=self.lookup, fence=fence)
+
+    # ---- fencing ------------------------------------------------------------------------------------
+    def _term(self) -> int | None:
+        """The current leadership term (0: not leading), None without leader election."""
+        return self.elector.term if self.elector is not None else None
+
+    def _holds(self, term: int | None) -> bool:
+        """Writes of ``term`` may be sent (always, without leader election)."""
+        return term is None or (self.elector is not None and self.elector.holds(term))
+
+    def _writer_for(self, term: int | None) -> ClusterWriter:
+        """The writer of ``term``: a new one when the term changed (the old one's queue is dropped unsent)."""
+        writer = self.writer
+        if writer is not None and self._writer_term == term:
+            return writer
+        if writer is not None:
+            writer.close(timeout=5.0)
+        self.writer = self._new_writer(term)
+        self._writer_term = term
+        return self.writer
+
+    def _fenced_stop(self) -> None:
+        """The fence failed at a cycle's start: this replica's term is over; stop as on a lost Lease."""
+        writer = self.writer
+        dropped = writer.stats()["pending"] if writer is not None else 0
+        log.error("lease not held: no more cycles in this term, leadership ends", term=self._writer_term,
+                  queued_writes=dropped)
+        if self._leading.is_set():
+            self._lost.set()
+        self._stop.set()
 
     def _on_failure(self, failure: Failure) -> None:
         self.failures.append(failure)
@@ -304,10 +348,14 @@ class KubeScheduler:
         return obj if isinstance(obj, Mapping) else None
 
     def run_cycle(self) -> CycleResult:
-        """One scheduling cycle on the caches as they are now; its writes are queued, not awaited."""
-        if self.writer is None:
-            self.writer = self._new_writer()
-        writer = self.writer
+        """One scheduling cycle on the caches as they are now; its writes are queued, not awaited. Its plan
+        belongs to the leadership term current at its start: written only while that term holds its Lease (an
+        empty result, nothing planned or written, when it does not hold it at the start)."""
+        term = self._term()
+        if not self._holds(term):
+            log.warning("cycle skipped: the lease is not held", term=term)
+            return CycleResult()
+        writer = self._writer_for(term)
         start = time.perf_counter()
         now = self._now()
         with no_cyclic_gc():

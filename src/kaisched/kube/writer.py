@@ -35,6 +35,17 @@ submission order; lanes run concurrently on a bounded thread pool (``workers`` r
 * **DRA claims**: a Bind's claim steps (its first requests) and :class:`~kaisched.kube.operations.ReleaseClaim`
   are carried out by :attr:`ClusterWriter.claims` (:class:`~kaisched.kube.claims.ClaimStatusWriter`); the claims
   of submitted binds are shown reserved by its ``overlay`` until the cache shows them (or the bind fails).
+* **Fencing** (with leader election): a writer belongs to one leadership term and is given its ``fence``, a
+  cheap check without I/O (``LeaderElector.holds(term)``: the term is current and its Lease valid with margin).
+  The fence is asked when a batch is submitted, before every request of every operation (retries included) and,
+  through :class:`FencedApi`, before every write the DRA claim steps send. The first time it fails, the writer
+  is *fenced* for good: the operation at hand and everything still queued is dropped (one warning, the
+  ``fenced_writes_dropped_total`` metric per operation), in-flight binds and evictions are forgotten, and
+  every later submission (follow-up events, failure reports, the next cycle's plan) is dropped on arrival. No
+  write that reaches the fence after the lease lapsed leaves the process. What client-side fencing cannot call
+  back is a request that passed the fence just before the process was paused and leaves after it resumes: at
+  most one per worker, each logged (``a write that passed the fence was answered after the lease lapsed``); a
+  pause shorter than the margin (``lease_duration - renew_deadline``) is harmless for them.
 * **Shutdown**: :meth:`~ClusterWriter.close` (on leadership loss: drop everything; on a graceful stop:
   ``drain=True`` first). A new leader starts with a new writer and rebuilds its view from the API.
 """
@@ -46,14 +57,14 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kaisched.framework.result import Placement
-from kaisched.kube.api import Api, ApiError
+from kaisched.kube.api import JSON, Api, ApiError, Response
 from kaisched.kube.claims import ClaimStatusWriter
 from kaisched.kube.logs import get_logger
 from kaisched.kube.operations import Bind, Evict, Lookup, Operation, Request
@@ -76,6 +87,39 @@ class Failure:
 
 class WriterClosed(RuntimeError):
     """:meth:`ClusterWriter.submit` after :meth:`ClusterWriter.close`."""
+
+
+Fence = Callable[[], bool]
+"""``fence()``: True while the writer may write (its leadership term is current and its Lease valid with margin).
+Called before every write: it must be cheap and never block on I/O."""
+
+
+class Fenced(Exception):
+    """A write not sent because the fence failed (raised by :class:`FencedApi`; the writer drops the operation)."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(f"{method} {path}: not sent, the lease is not held")
+        self.method = method
+        self.path = path
+
+
+class FencedApi:
+    """An :class:`~kaisched.kube.api.Api` whose writes (every method but GET) are sent only while ``fence()``
+    holds; otherwise :class:`Fenced` is raised before anything goes out. Reads and watches pass through."""
+
+    def __init__(self, api: Api, fence: Fence) -> None:
+        self._api = api
+        self._fence = fence
+
+    def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: JSON = None,
+                content_type: str = "application/json") -> Response:
+        if method != "GET" and not self._fence():
+            raise Fenced(method, path)
+        return self._api.request(method, path, params=params, body=body, content_type=content_type)
+
+    def stream(self, path: str, *, params: Mapping[str, str] | None = None,
+               timeout: float | None = None) -> Iterator[JSON]:
+        return self._api.stream(path, params=params, timeout=timeout)
 
 
 @dataclass(slots=True)
@@ -117,11 +161,15 @@ class ClusterWriter:
         metrics: SchedulerMetrics | None = None,
         settle_timeout: float = 60.0,
         lookup: Lookup | None = None,
+        fence: Fence | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be at least 1, got {workers}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
+        self._fence = fence
+        if fence is not None:
+            api = FencedApi(api, fence)
         self._api = api
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
@@ -143,22 +191,49 @@ class ClusterWriter:
         self._evictions: dict[str, _Flight] = {}
         self._recent: dict[tuple[str, str], tuple[str, float]] = {}  # (lane, slot) -> (fingerprint, when)
         self._closed = False
+        self._fenced = False  # the fence failed once: nothing is written any more
         self._seq = 0
         self.failures = 0  # operations that failed for good
         self.completed = 0  # operations that succeeded
+        self.fenced_drops = 0  # operations dropped because the fence failed
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kaisched-writer")
 
     # ---- submitting -------------------------------------------------------------------------------
     def submit(self, ops: Iterable[Operation]) -> int:
-        """Queue operations (never blocks on the API). Returns how many were queued, coalesced ones included."""
+        """Queue operations (never blocks on the API). Returns how many were queued, coalesced ones included.
+        A fenced writer (the fence failed, now or before) drops the whole batch and returns 0."""
         accepted = 0
         with self._lock:
             if self._closed:
                 raise WriterClosed("the cluster writer is closed")
+            if self._check_fence():
+                batch = list(ops)
+                if batch:
+                    self._count_fenced(batch)
+                    log.info("lease not held: a batch of writes dropped", count=len(batch),
+                             first=batch[0].describe())
+                return 0
             for op in ops:
                 if self._enqueue(op):
                     accepted += 1
         return accepted
+
+    @property
+    def fenced(self) -> bool:
+        """True once the fence failed: this writer writes nothing any more."""
+        with self._lock:
+            return self._check_fence()
+
+    def _check_fence(self) -> bool:  # with the lock held: True when fenced
+        if not self._fenced and self._fence is not None and not self._fence():
+            self._fenced = True
+        return self._fenced
+
+    def _count_fenced(self, ops: Iterable[Operation]) -> None:  # with the lock held
+        for op in ops:
+            self.fenced_drops += 1
+            if self._metrics is not None:
+                self._metrics.fenced_write_dropped(type(op).__name__)
 
     def _enqueue(self, op: Operation) -> bool:  # with the lock held
         now = self._clock()
@@ -285,6 +360,9 @@ class ClusterWriter:
         while True:
             with self._lock:
                 lane = self._lanes[lane_key]
+                if lane.queue and self._check_fence():
+                    self._drop_fenced(lane.queue.popleft(), running=False)
+                    continue
                 if self._stop.is_set() and lane.queue:
                     self._drop(lane)
                 if not lane.queue:
@@ -304,14 +382,35 @@ class ClusterWriter:
 
     def _drop(self, lane: _Lane) -> None:  # with the lock held: closing
         for op in lane.queue:
-            if isinstance(op, Bind):
-                self._binds.pop(op.pod.key, None)
-                self.claims.dropped(op.claims)
-            elif isinstance(op, Evict):
-                self._evictions.pop(op.pod.key, None)
+            self._forget_flight(op)
             log.warning("cluster writer closed: operation dropped", operation=op.describe())
         self._pending -= len(lane.queue)
         lane.queue.clear()
+
+    def _forget_flight(self, op: Operation) -> None:  # with the lock held: the operation will not happen
+        if isinstance(op, Bind):
+            self._binds.pop(op.pod.key, None)
+            self.claims.dropped(op.claims)
+        elif isinstance(op, Evict):
+            self._evictions.pop(op.pod.key, None)
+
+    def _drop_fenced(self, op: Operation, *, running: bool) -> None:
+        """The fence failed at ``op`` (taken off its lane; ``running``: its worker counts it done afterwards): drop
+        it and every operation still queued. With the lock held."""
+        dropped = [op]
+        for lane in self._lanes.values():
+            dropped.extend(lane.queue)
+            self._pending -= len(lane.queue)
+            lane.queue.clear()
+        if not running:
+            self._pending -= 1
+        self._idle.notify_all()
+        for each in dropped:
+            self._forget_flight(each)
+        self._count_fenced(dropped)
+        log.warning("lease not held: writes of a plan made under it dropped", count=len(dropped),
+                    first=op.describe(), binds=sum(isinstance(o, Bind) for o in dropped),
+                    evictions=sum(isinstance(o, Evict) for o in dropped))
 
     def _execute(self, op: Operation) -> None:
         started = self._clock()
@@ -319,13 +418,25 @@ class ClusterWriter:
         attempt = 1
         step = 0
         while step < len(requests):
+            request = requests[step]
+            error: ApiError | None = None
             try:
-                self._send(requests[step])
+                with self._lock:
+                    if self._check_fence():
+                        raise Fenced(request.method, request.path)
+                self._send(request)
+            except Fenced:
+                with self._lock:
+                    self._fenced = True
+                    self._drop_fenced(op, running=True)
+                return
             except ApiError as err:
                 error = err
             except Exception as exc:  # a client that leaks its transport's exception: treat as no connection
                 error = ApiError(0, type(exc).__name__, str(exc))
-            else:
+            if self._fence is not None:
+                self._lapsed_on_the_wire(op, request, error)
+            if error is None:
                 step += 1
                 continue
             if error.retryable and attempt < self.max_attempts and not self._stop.is_set():
@@ -338,6 +449,19 @@ class ClusterWriter:
             self._failed(op, error, attempt, step)
             return
         self._succeeded(op, started)
+
+    def _lapsed_on_the_wire(self, op: Operation, request: Request, error: ApiError | None) -> None:
+        """After a request that passed the fence: log it when the fence fails now. If the process was paused
+        between the check and the moment the request's bytes left (or while it waited for the answer), the server
+        may have received it after the lease lapsed: the one write per worker that client-side fencing cannot call
+        back (harmless for pauses shorter than the margin, ``lease_duration - renew_deadline``). Whatever the
+        operation would write next (its next step, a retry, its events, failure reports) meets the fence."""
+        with self._lock:
+            lapsed = self._check_fence()
+        if lapsed:
+            log.warning("lease not held: a write that passed the fence was answered after the lease lapsed",
+                        operation=op.describe(), request=f"{request.method} {request.path}",
+                        status=error.status if error is not None else "ok")
 
     def _send(self, req: Request) -> None:
         if req.claim_step is not None:
@@ -407,4 +531,5 @@ class ClusterWriter:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"pending": self._pending, "lanes": len(self._lanes), "inFlightBinds": len(self._binds),
-                    "inFlightEvictions": len(self._evictions), "completed": self.completed, "failures": self.failures}
+                    "inFlightEvictions": len(self._evictions), "completed": self.completed, "failures": self.failures,
+                    "fencedDrops": self.fenced_drops, "fenced": self._fenced}
