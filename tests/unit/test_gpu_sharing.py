@@ -263,6 +263,26 @@ def test_releasing_shared_device_counts_as_releasing() -> None:
     assert pipelined(result) == {"default/w": "n1"}
 
 
+def test_gpupack_pipelines_onto_a_shared_gpu_whose_other_share_is_being_released() -> None:
+    """Spec 7.3: the devices are ranked by the GPU order alone, so under gpupack the shared GPU (fully used:
+    one share running, one terminating) outranks the idle GPU, and the task, which lacks idle memory there,
+    is pipelined onto it (KAI does not prefer a device usable now). gpuspread ranks the idle GPU first."""
+    objs = [node("n1", 2), queue("q"),
+            *shared("stays", fraction=0.5, node_name="n1", gpu_group="g"),
+            *shared("leaving", fraction=0.5, node_name="n1", gpu_group="g", deleting=True),
+            *shared("new", fraction=0.5)]
+    result = run(*objs)
+    assert pipelined(result) == {"default/new": "n1"}
+    assert binds(result) == {}
+    assert groups_of(result)["default/new"] == ("g",)
+    spread = {"tiers": tiers(nodeplacement={"gpu": "spread", "cpu": "binpack"})}
+    spread["tiers"][0]["plugins"] = [p for p in spread["tiers"][0]["plugins"]
+                                     if p["name"] not in ("gpupack", "gpusharingorder")] + [{"name": "gpuspread"}]
+    result = run(*objs, config=spread)
+    assert binds(result) == {"default/new": "n1"}
+    assert groups_of(result)["default/new"] != ("g",)  # a fresh device on the idle GPU, bound now
+
+
 def test_preempt_a_lower_priority_fraction_for_a_higher_one() -> None:
     result = run(node("n1", 1), queue("q"),
                  shared("low", fraction=0.7, node_name="n1", gpu_group="g"),

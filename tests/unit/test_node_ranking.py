@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from kaisched import schedule
 from kaisched.framework.plugin import BoolArray, NodeCandidates
 from kaisched.framework.session import Session
 from kaisched.model.node import all_true
 from kaisched.model.task import TaskInfo
-from tests.unit.builders import node, open_session, pod, pod_group, queue, tiers
+from tests.unit.builders import NOW, flatten, node, open_session, pipelined, pod, pod_group, queue, tiers
 
 
 def scored_choice(ssn: Session, task: TaskInfo, fit: BoolArray) -> int:
@@ -110,3 +111,23 @@ def test_the_shortcut_stands_aside_when_another_scorer_could_change_the_winner()
         fit = ssn.nodes.fits_task(task, with_releasing=True)
         assert fit.any(), what
         assert ssn.ranked_node(task, fit) is None, what
+
+
+def test_consolidation_ties_on_free_gpus_go_to_the_node_where_the_pod_fits_now() -> None:
+    """Consolidation moves w and v off c-full to make room for p (2 GPUs). a-idle (one idle GPU) and b-releasing (one
+    GPU of a terminating pod) tie for binpack, which counts idle and releasing GPUs together (KAI's
+    NonAllocatedResource, spec 8.1); nodeavailability's +100 for a node where the pod fits on idle resources breaks
+    the tie, as KAI's summed scores do: w, placed first (the older job), goes to a-idle, v to b-releasing."""
+    objs = flatten(
+        queue("q"), node("a-idle", 2), node("b-releasing", 2), node("c-full", 2),
+        pod_group("x", queue="q", priority_class="build"), pod("x-0", group="x", gpus=1, node="a-idle"),
+        pod_group("y", queue="q", priority_class="build"), pod("y-0", group="y", gpus=1, node="b-releasing"),
+        pod_group("d", queue="q", priority_class="build"),
+        pod("d-0", group="d", gpus=1, node="b-releasing", deleting=True),
+        pod_group("w", queue="q", created="2026-01-01T00:00:00Z"), pod("w-0", group="w", gpus=1, node="c-full"),
+        pod_group("v", queue="q", created="2026-01-01T00:05:00Z"), pod("v-0", group="v", gpus=1, node="c-full"),
+        pod_group("p", queue="q", created="2026-01-01T00:10:00Z"), pod("p-0", group="p", gpus=2),
+    )
+    result = schedule(objs, None, NOW)
+    assert sorted(e.pod for e in result.evictions) == ["default/v-0", "default/w-0"]
+    assert pipelined(result) == {"default/p-0": "c-full", "default/w-0": "a-idle", "default/v-0": "b-releasing"}

@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 
+from kaisched.cluster.schedule import prepare, run_prepared_cycle
+from kaisched.cluster.store import EmbeddedCluster
 from kaisched.cluster.workloads import CONTROLLERS
 from kaisched.cluster.workloads import batch as ctl
 from kaisched.cluster.workloads.base import Emit
+from kaisched.framework.config import SchedulerConfig
 from kaisched.k8s.constants import WORKLOAD_KINDS
 from kaisched.k8s.objects import ParsedObjects, Pod, PodGroup, Workload
 from kaisched.k8s.parse import parse_objects
@@ -26,7 +29,7 @@ from kaisched.podgrouper.base import GroupContext, GroupRequest, Owner, PodGroup
 from kaisched.podgrouper.registry import GROUPERS
 
 from .builders import NOW, binds, node, priority_class, queue, status
-from .workload_helpers import PG_ANNOTATION, fixture, prepared, run, workload
+from .workload_helpers import PG_ANNOTATION, fixture, flat, prepared, run, workload
 
 Obj = dict[str, Any]
 NS = "ml"
@@ -498,12 +501,59 @@ def test_argo_pod_names_follow_argo() -> None:
     assert ctl.argo_pod_name("wf", "wf[0].a", "echo") == f"wf-echo-{ctl.fnv32a('wf[0].a')}"
 
 
+class Embedded:
+    """The embedded cluster run cycle by cycle, as ``kaisched run`` does: every cycle runs the controllers on the
+    store's objects (an Argo Workflow creates the pods that are due), keeps what they created, schedules and
+    applies the result."""
+
+    def __init__(self, *objs: Obj | list[Obj]) -> None:
+        self.config = SchedulerConfig.from_mapping(None)
+        parsed = parse_objects(flat(objs))
+        assert not parsed.errors, parsed.errors
+        self.store = EmbeddedCluster(prepare(parsed, self.config, NOW))
+
+    def cycle(self) -> set[str]:
+        """One cycle; the names of the pods it bound."""
+        prepared = prepare(self.store.parsed(), self.config, NOW)
+        assert not prepared.errors, errors(prepared)
+        self.store.add(prepared)
+        result = run_prepared_cycle(prepared, self.config, NOW)
+        self.store.apply(result, NOW)
+        return {b.pod.split("/", 1)[1] for b in result.binds}
+
+    def finish(self, *names: str, phase: str = "Succeeded") -> None:
+        for name in names:
+            self.store.finish(f"{NS}/{name}", phase)
+
+    def pods(self) -> set[str]:
+        return {p.meta.name for p in self.store.pods.values()}
+
+
+def argo_pod(workflow: str, template: str, node_name: str) -> str:
+    return f"{workflow}-{template}-{ctl.fnv32a(node_name)}"
+
+
 def test_argo_steps_workflow_makes_one_pod_per_step_each_its_own_podgroup() -> None:
-    out = prepared(workload("argo-workflow.yaml"))
-    assert not errors(out)
+    """Argo runs step groups in order: a group's pods are created once every step of the group before it
+    succeeded; the steps of a group (a withItems fan-out) together."""
+    run_ = Embedded(cluster(), workload("argo-workflow.yaml"))
+    prep = argo_pod("fine-tune", "prepare-data", "fine-tune[0].prepare")
+    trains = {argo_pod("fine-tune", "train", f"fine-tune[1].train({i}:lr-{lr})")
+              for i, lr in ((0, "1e-4"), (1, "3e-4"))}
+    evaluate = argo_pod("fine-tune", "evaluate", "fine-tune[2].evaluate")
+    assert run_.pods() == {prep}
+    assert run_.cycle() == {prep}
+    assert run_.cycle() == set() and run_.pods() == {prep}  # nothing more while it runs
+    run_.finish(prep)
+    assert run_.cycle() == trains
+    run_.finish(min(trains))
+    assert run_.cycle() == set() and evaluate not in run_.pods()  # the other train step still runs
+    run_.finish(max(trains))
+    assert run_.cycle() == {evaluate}
+    out = run_.store.parsed()
     nodes = {"fine-tune[0].prepare": "prepare-data", "fine-tune[1].train(0:lr-1e-4)": "train",
              "fine-tune[1].train(1:lr-3e-4)": "train", "fine-tune[2].evaluate": "evaluate"}
-    expected = {f"fine-tune-{t}-{ctl.fnv32a(n)}": n for n, t in nodes.items()}
+    expected = {argo_pod("fine-tune", t, n): n for n, t in nodes.items()}
     assert {p.meta.name: p.meta.annotations["workflows.argoproj.io/node-name"] for p in out.pods} == expected
     for p in out.pods:
         assert owner(p) == ("Workflow", "fine-tune")
@@ -518,14 +568,92 @@ def test_argo_steps_workflow_makes_one_pod_per_step_each_its_own_podgroup() -> N
     assert gpus == [0, 1, 2, 2]
 
 
-def test_argo_dag_workflow_creates_every_task_at_once() -> None:
-    out = prepared(workload("argo-workflow-dag.yaml"))
+def test_argo_failed_step_stops_the_steps_after_it_unless_it_may_fail() -> None:
+    wf = workload("argo-workflow.yaml")
+    prep = argo_pod("fine-tune", "prepare-data", "fine-tune[0].prepare")
+    run_ = Embedded(cluster(), copy.deepcopy(wf))
+    run_.cycle()
+    run_.finish(prep, phase="Failed")
+    assert run_.cycle() == set() and run_.pods() == {prep}
+    wf["spec"]["templates"][0]["steps"][0][0]["continueOn"] = {"failed": True}
+    run_ = Embedded(cluster(), wf)
+    run_.cycle()
+    run_.finish(prep, phase="Failed")
+    assert len(run_.cycle()) == 2  # the train steps
+
+
+def test_argo_dag_task_pods_are_created_once_the_tasks_they_depend_on_finished() -> None:
+    """Argo's DAG: a task's pod is created once every task of its ``dependencies`` succeeded (the diamond:
+    A, then B and C together, then D once both finished)."""
+    name = {t: argo_pod("dag-diamond", "echo", f"dag-diamond.{t}") for t in "ABCD"}
+    assert {p.meta.name for p in prepared(workload("argo-workflow-dag.yaml")).pods} == {name["A"]}
+    run_ = Embedded(cluster(), workload("argo-workflow-dag.yaml"))
+    assert run_.cycle() == {name["A"]}
+    assert run_.cycle() == set()  # B and C wait for A, which runs
+    run_.finish(name["A"])
+    assert run_.cycle() == {name["B"], name["C"]}
+    run_.finish(name["B"])
+    assert run_.cycle() == set() and name["D"] not in run_.pods()  # D waits for C too
+    run_.finish(name["C"])
+    assert run_.cycle() == {name["D"]}
+    assert run_.pods() == set(name.values())
+
+
+def test_argo_pods_named_otherwise_are_recognised_by_their_workflow_node() -> None:
+    """A snapshot of a running workflow whose pods carry other names (Argo's POD_NAMES=v1): each is known by its
+    node-name annotation, so its step is not created twice, and the steps after it follow."""
+    done = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "fine-tune-3177859793", "namespace": NS,
+                         "annotations": {"workflows.argoproj.io/node-name": "fine-tune[0].prepare"},
+                         "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                                              "name": "fine-tune", "uid": "wf-uid", "controller": True}]},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "main", "image": "python:3.12"}]},
+            "status": {"phase": "Succeeded"}}
+    out = prepared(workload("argo-workflow.yaml"), done)
     assert not errors(out)
-    expected = {f"dag-diamond-echo-{ctl.fnv32a(f'dag-diamond.{t}')}" for t in "ABCD"}
-    assert set(pods(out)) == expected
-    assert len(out.pod_groups) == 4
-    result = run(cluster(), workload("argo-workflow-dag.yaml"))
-    assert len(binds(result)) == 4  # dependencies are not waited on
+    assert sorted(p.meta.name for p in out.pods) == sorted(
+        ["fine-tune-3177859793", *(argo_pod("fine-tune", "train", f"fine-tune[1].train({i}:lr-{lr})")
+                                   for i, lr in ((0, "1e-4"), (1, "3e-4")))])
+
+
+def dag(*tasks: Obj) -> Obj:
+    wf = workload("argo-workflow-dag.yaml")
+    wf["spec"]["templates"][0]["dag"]["tasks"] = [{"template": "echo", **t} for t in tasks]
+    return wf
+
+
+def test_argo_dag_depends_expressions_and_failed_dependencies() -> None:
+    """``depends``: ``A.Failed`` runs only after A failed; a bare name (or ``dependencies``) needs it to have
+    succeeded, else the task is omitted, and so are the tasks after it."""
+    wf = dag({"name": "A"}, {"name": "on-failure", "depends": "A.Failed"}, {"name": "next", "depends": "A"},
+             {"name": "after", "dependencies": ["next"]}, {"name": "either", "depends": "(A.Succeeded || on-failure)"})
+    name = {t: argo_pod("dag-diamond", "echo", f"dag-diamond.{t}") for t in ("A", "on-failure", "next", "after",
+                                                                          "either")}
+    run_ = Embedded(cluster(), copy.deepcopy(wf))
+    assert run_.cycle() == {name["A"]}
+    run_.finish(name["A"], phase="Failed")
+    assert run_.cycle() == {name["on-failure"]}
+    run_.finish(name["on-failure"])
+    assert run_.cycle() == {name["either"]}
+    run_ = Embedded(cluster(), wf)
+    run_.cycle()
+    run_.finish(name["A"])
+    assert run_.cycle() == {name["next"], name["either"]}  # on-failure is omitted
+    run_.finish(name["next"])
+    assert run_.cycle() == {name["after"]}
+
+
+@pytest.mark.parametrize(("tasks", "message"), [
+    ([{"name": "A", "dependencies": ["B"]}, {"name": "B", "dependencies": ["A"]}],
+     "the dependencies form a cycle through task 'A'"),
+    ([{"name": "A", "dependencies": ["nope"]}], "names no task of the DAG: nope"),
+    ([{"name": "A"}, {"name": "B", "depends": "A &&"}], "cannot be read: a task name is missing"),
+])
+def test_bad_argo_dag_dependencies_are_reported(tasks: list[Obj], message: str) -> None:
+    out = prepared(dag(*tasks))
+    assert out.pods == []
+    assert any(e.startswith(f"Workflow {NS}/dag-diamond: spec.entrypoint") and message in e for e in errors(out)), \
+        errors(out)
 
 
 def test_argo_single_container_workflow_pod_is_named_after_the_workflow() -> None:
@@ -586,7 +714,13 @@ def test_argo_with_sequence_expands() -> None:
     step["withSequence"] = {"count": "3"}
     objs, errs = controller_output(wf)
     assert not errs
-    assert len(objs) == 5
+    assert [o["metadata"]["name"] for o in objs] == [argo_pod("fine-tune", "prepare-data", "fine-tune[0].prepare")]
+    (w,) = parse_objects([wf]).workloads
+    emit = Emit(w)
+    ctl.workflow_controller(w, emit, {argo_pod("fine-tune", "prepare-data", "fine-tune[0].prepare"): "Succeeded"})
+    assert not emit.errors
+    assert [o["metadata"]["name"] for o in emit.objects] == \
+        [argo_pod("fine-tune", "train", f"fine-tune[1].train({i}:{i})") for i in range(3)]
 
 
 # ------------------------------------------------------------------------------------------- Knative

@@ -347,10 +347,15 @@ _NO_NODES: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
 
 def _take(ssn: Session, task: TaskInfo, stmt: Statement, node: int, fits_idle: bool, pipeline_only: bool) -> None:
     """Allocate the task on ``node`` (pipeline it when it fits there only once releasing resources are freed,
-    or when asked to), with its shared devices if any."""
+    or when asked to), with its shared devices if any.
+
+    A shared task's devices are chosen by the GPU order alone, as KAI does (spec 7.3): a shared GPU whose other
+    share is being released outranks an idle GPU under gpupack, and the task is then pipelined onto it. (The
+    model's ``pipeline_only`` there only stops preferring devices usable now; whether to pipeline is decided
+    here.)"""
     nodes = ssn.nodes
     if task.gpu.shared:
-        choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=pipeline_only)
+        choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=True)
         if choice is None:  # the fit check said yes: cannot happen unless the model is inconsistent
             raise AssertionError(f"no GPU devices for {task.key} on {nodes.names[node]} after a fit")
         if choice.immediate and fits_idle and not pipeline_only:

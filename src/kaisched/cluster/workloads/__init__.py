@@ -3,7 +3,8 @@ creates them, with the names, labels and owner references its real controller (J
 Operator, KubeRay, JobSet, LeaderWorkerSet, Argo, ...) would give them, so the pod-grouper can group them.
 
 A workload whose pods (or intermediate objects) are already in the input is left as it is: the input is a
-snapshot of a running cluster.
+snapshot of a running cluster; except for the kinds whose controller creates pods as earlier ones finish
+(``RECONCILERS``: an Argo Workflow's next steps), which are run again with their pods' phases.
 """
 
 from __future__ import annotations
@@ -21,6 +22,21 @@ MAX_ROUNDS = 8  # workload -> child workload -> ... (TrainJob -> JobSet -> Job -
 CONTROLLERS: dict[tuple[str, str], ControllerFn] = {
     **batch.CONTROLLERS, **kubeflow.CONTROLLERS, **ray.CONTROLLERS, **others.CONTROLLERS,
 }
+RECONCILERS = batch.RECONCILERS
+
+
+def _phases_by_owner(parsed: ParsedObjects) -> dict[str, dict[str, str]]:
+    """Owner (``namespace/kind/name``) -> the names and phases of the pods it owns (an Argo pod also under
+    ``node:<its workflow node>``, so that pods named otherwise, as Argo's older POD_NAMES=v1, are recognised)."""
+    out: dict[str, dict[str, str]] = {}
+    for p in parsed.pods:
+        node = p.meta.annotations.get(batch.ARGO_NODE_NAME_ANNOTATION)
+        for ref in p.meta.owner_references:
+            phases = out.setdefault(f"{p.meta.namespace}/{ref.kind}/{ref.name}", {})
+            phases[p.meta.name] = p.phase
+            if node:
+                phases[f"node:{node}"] = p.phase
+    return out
 
 
 def _owned_uids(parsed: ParsedObjects) -> set[str]:
@@ -40,14 +56,24 @@ def expand_workloads(parsed: ParsedObjects, now: datetime | None = None) -> Pars
     owned = _owned_uids(parsed)
     pods, workloads, errors = list(parsed.pods), list(parsed.workloads), list(parsed.errors)
     todo = list(parsed.workloads)
+    phases: dict[str, dict[str, str]] | None = None
     for _ in range(MAX_ROUNDS):
         created: list[dict[str, object]] = []
         for w in sorted(todo, key=lambda w: (w.meta.namespace, w.kind, w.meta.name)):
             controller = CONTROLLERS.get((w.group, w.kind))
-            if controller is None or _materialised(w, owned):
+            if controller is None:
                 continue
-            emit = Emit(w, now)
-            controller(w, emit)
+            if not _materialised(w, owned):
+                emit = Emit(w, now)
+                controller(w, emit)
+            else:
+                reconcile = RECONCILERS.get((w.group, w.kind))
+                if reconcile is None:
+                    continue
+                if phases is None:
+                    phases = _phases_by_owner(parsed)
+                emit = Emit(w, now)
+                reconcile(w, emit, phases.get(f"{w.meta.namespace}/{w.kind}/{w.meta.name}", {}))
             errors.extend(emit.errors)
             if not emit.errors:
                 created.extend(emit.objects)
@@ -68,4 +94,4 @@ def _materialised(w: Workload, owned: set[str]) -> bool:
     return (bool(w.meta.uid) and w.meta.uid in owned) or f"{w.meta.namespace}/{w.kind}/{w.meta.name}" in owned
 
 
-__all__ = ["CONTROLLERS", "expand_workloads"]
+__all__ = ["CONTROLLERS", "RECONCILERS", "expand_workloads"]

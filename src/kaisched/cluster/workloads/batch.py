@@ -7,7 +7,7 @@ objects) their real controllers create, with the names, labels and owner referen
 * ``apps/v1 Deployment`` / ``ReplicaSet`` / ``StatefulSet``: a ReplicaSet ``<deploy>-<pod-template-hash>``
   and ``<rs>-<suffix>`` pods; StatefulSet pods ``<sts>-<ordinal>`` (all at once);
 * ``argoproj.io/v1alpha1 Workflow``: one pod per container step of the entry template (steps, DAG
-  tasks, nested templates), all at once, dependencies not waited on;
+  tasks, nested templates) once the steps before it finished (run again as the workflow's pods finish);
 * ``serving.knative.dev/v1 Service``: Configuration, Revision ``<svc>-00001``, its Deployment and
   ReplicaSet, ``max(min-scale, initial-scale)`` pods with the ``queue-proxy`` sidecar;
 * ``tekton.dev/v1 TaskRun`` (pod ``<taskrun>-pod``, one container per step) and ``PipelineRun`` (one
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import heapq
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
@@ -471,51 +473,293 @@ def _argo_items(step: Mapping[str, Any], field: str, emit: Emit) -> list[str] | 
     return [""]
 
 
-def _argo_leaves(emit: Emit, templates: Mapping[str, Mapping[str, Any]], name: str, node: str, field: str,
-                 depth: int, out: list[_ArgoLeaf]) -> bool:
-    """Collect the pod-creating nodes under the node ``node`` running template ``name``; False after an
-    error."""
-    if depth > ARGO_MAX_DEPTH:
-        emit.error(field, f"templates nest deeper than {ARGO_MAX_DEPTH} levels (a recursive workflow?): the "
-                   "embedded controller cannot expand it")
-        return False
-    if len(out) > ARGO_MAX_PODS:
-        emit.error(field, f"the workflow expands to more than {ARGO_MAX_PODS} pods")
-        return False
-    t = templates.get(name)
-    if t is None:
-        emit.error(field, f"template {name!r} is not defined in spec.templates")
-        return False
-    children: list[tuple[Mapping[str, Any], str, str]] = []  # (step or task, node name prefix, field)
-    if "steps" in t:
-        for i, group in enumerate(_list(t.get("steps"))):
-            for j, step in enumerate([group] if isinstance(group, Mapping) else _list(group)):
-                children.append((_mapping(step), f"{node}[{i}].{_mapping(step).get('name', '')}",
-                                 f"{field}.steps[{i}][{j}]"))
-    elif "dag" in t:
-        for i, task in enumerate(_list(get(t, "dag", "tasks"))):
-            children.append((_mapping(task), f"{node}.{_mapping(task).get('name', '')}", f"{field}.dag.tasks[{i}]"))
-    elif any(k in t for k in ("container", "script", "containerSet", "resource")):
-        out.append(_ArgoLeaf(node, name, t))
-        return True
-    else:
-        return True  # suspend, http, plugin, data: no pod
-    for step, prefix, step_field in children:
+# states of a workflow node (a pod, a step, a DAG task, a template), as far as the embedded controller follows
+ARGO_SUCCEEDED = "Succeeded"
+ARGO_FAILED = "Failed"
+ARGO_OMITTED = "Omitted"  # a DAG task whose dependencies ruled it out: it never runs
+ARGO_RUNNING = "Running"  # running, or waiting for what it depends on
+_ARGO_RESULTS = ("Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Daemoned", "AnySucceeded", "AllFailed")
+_ARGO_TOKEN = re.compile(r"\s*(&&|\|\||!|\(|\)|[A-Za-z0-9_][A-Za-z0-9_.\-]*)")
+
+
+def _argo_combine(states: Sequence[str]) -> str:
+    """The state of nodes run together (a step group, a DAG, a loop's items): running while one is; then failed
+    if one failed; else succeeded (omitted tasks count as done)."""
+    if ARGO_RUNNING in states:
+        return ARGO_RUNNING
+    return ARGO_FAILED if ARGO_FAILED in states else ARGO_SUCCEEDED
+
+
+def _continues_on_failure(step: Mapping[str, Any]) -> bool:
+    return get(step, "continueOn", "failed") is True
+
+
+class _ArgoDepends:
+    """A DAG task's ``depends`` expression (Argo's enhanced depends logic): task names, ``<task>.<result>``,
+    ``&&``, ``||``, ``!`` and parentheses; a bare name means ``(<task>.Succeeded || <task>.Skipped ||
+    <task>.Daemoned)``."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[str] = []
+        pos = 0
+        text = text.strip()
+        while pos < len(text):
+            m = _ARGO_TOKEN.match(text, pos)
+            if m is None or not m.group(1):
+                raise ValueError(f"unexpected {text[pos:].strip()[:20]!r}")
+            self.tokens.append(m.group(1))
+            pos = m.end()
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        self.names: set[str] = set()
+        self._pos = 0
+        self.tree = self._or()
+        if self._pos != len(self.tokens):
+            raise ValueError(f"unexpected {self.tokens[self._pos]!r}")
+
+    # parsing: a tree of tuples ("or"/"and", left, right), ("not", x), ("is", task, result)
+    def _peek(self) -> str | None:
+        return self.tokens[self._pos] if self._pos < len(self.tokens) else None
+
+    def _or(self) -> tuple[Any, ...]:
+        left = self._and()
+        while self._peek() == "||":
+            self._pos += 1
+            left = ("or", left, self._and())
+        return left
+
+    def _and(self) -> tuple[Any, ...]:
+        left = self._not()
+        while self._peek() == "&&":
+            self._pos += 1
+            left = ("and", left, self._not())
+        return left
+
+    def _not(self) -> tuple[Any, ...]:
+        token = self._peek()
+        if token == "!":
+            self._pos += 1
+            return ("not", self._not())
+        if token == "(":
+            self._pos += 1
+            inner = self._or()
+            if self._peek() != ")":
+                raise ValueError("a parenthesis is not closed")
+            self._pos += 1
+            return inner
+        if token is None or token in ("&&", "||", ")"):
+            raise ValueError("a task name is missing")
+        self._pos += 1
+        task, dot, result = token.rpartition(".")
+        if not dot or result not in _ARGO_RESULTS:
+            task, result = token, ""
+        self.names.add(task)
+        return ("is", task, result)
+
+    def holds(self, states: Mapping[str, list[str]]) -> bool:
+        """Whether the expression holds for the tasks' states (per task, its items' states; all finished)."""
+        return self._eval(self.tree, states)
+
+    def _eval(self, node: tuple[Any, ...], states: Mapping[str, list[str]]) -> bool:
+        op = node[0]
+        if op == "or":
+            return self._eval(node[1], states) or self._eval(node[2], states)
+        if op == "and":
+            return self._eval(node[1], states) and self._eval(node[2], states)
+        if op == "not":
+            return not self._eval(node[1], states)
+        items = states.get(node[1], [])
+        state = _argo_combine(items) if items else ARGO_SUCCEEDED
+        if all(s == ARGO_OMITTED for s in items) and items:
+            state = ARGO_OMITTED
+        result = node[2]
+        if result in ("", "Succeeded"):
+            return state == ARGO_SUCCEEDED
+        if result == "Failed":
+            return state == ARGO_FAILED
+        if result == "Omitted":
+            return state == ARGO_OMITTED
+        if result == "AnySucceeded":
+            return ARGO_SUCCEEDED in items
+        if result == "AllFailed":
+            return bool(items) and all(s == ARGO_FAILED for s in items)
+        return False  # Errored, Skipped (``when`` is taken as true), Daemoned: never here
+
+
+class _ArgoWalk:
+    """Argo's controller over a workflow's node tree as it stands: the pods to create now (``leaves``) are
+    those of the container nodes every node before them has finished for — the step groups before theirs
+    succeeded, the DAG tasks they depend on finished as their ``dependencies`` / ``depends`` require — and that
+    do not exist yet (``phases``: the workflow's pods by name, and by ``node:<node name>``, with their phase).
+    Nodes that are not reached yet are walked too (``live`` False), so that every error of the workflow is
+    reported at once."""
+
+    def __init__(self, emit: Emit, templates: Mapping[str, Mapping[str, Any]], workflow: str,
+                 phases: Mapping[str, str]) -> None:
+        self.emit, self.templates, self.workflow, self.phases = emit, templates, workflow, phases
+        self.leaves: list[_ArgoLeaf] = []
+        self.pods = 0  # container nodes seen (the workflow's size)
+
+    def node(self, name: str, node: str, field: str, depth: int, live: bool) -> str | None:
+        """The state of the node ``node`` running template ``name`` (None after an error)."""
+        emit = self.emit
+        if depth > ARGO_MAX_DEPTH:
+            emit.error(field, f"templates nest deeper than {ARGO_MAX_DEPTH} levels (a recursive workflow?): the "
+                       "embedded controller cannot expand it")
+            return None
+        t = self.templates.get(name)
+        if t is None:
+            emit.error(field, f"template {name!r} is not defined in spec.templates")
+            return None
+        if "steps" in t:
+            return self._steps(t, node, field, depth, live)
+        if "dag" in t:
+            return self._dag(t, node, field, depth, live)
+        if not any(k in t for k in ("container", "script", "containerSet", "resource")):
+            return ARGO_SUCCEEDED if live else ARGO_RUNNING  # suspend, http, plugin, data: no pod
+        self.pods += 1
+        if self.pods > ARGO_MAX_PODS:
+            emit.error(field, f"the workflow expands to more than {ARGO_MAX_PODS} pods")
+            return None
+        phase = self.phases.get(argo_pod_name(self.workflow, node, name)) or self.phases.get(f"node:{node}")
+        if phase is None:
+            if live:
+                self.leaves.append(_ArgoLeaf(node, name, t))
+            return ARGO_RUNNING
+        return ARGO_SUCCEEDED if phase == "Succeeded" else ARGO_FAILED if phase == "Failed" else ARGO_RUNNING
+
+    def _child(self, step: Mapping[str, Any], prefix: str, field: str, depth: int, live: bool) -> list[str] | None:
+        """The states of a step's or task's nodes (one per loop item)."""
         if "templateRef" in step:
-            emit.error(f"{step_field}.templateRef", "a WorkflowTemplate reference cannot be resolved by the embedded "
-                       "controller: define the template in spec.templates")
-            return False
+            self.emit.error(f"{field}.templateRef", "a WorkflowTemplate reference cannot be resolved by the embedded "
+                            "controller: define the template in spec.templates")
+            return None
         target = step.get("template")
         if not isinstance(target, str):
-            emit.error(f"{step_field}.template", "required: the name of a template")
-            return False
-        items = _argo_items(step, step_field, emit)
+            self.emit.error(f"{field}.template", "required: the name of a template")
+            return None
+        items = _argo_items(step, field, self.emit)
         if items is None:
-            return False
+            return None
+        states: list[str] = []
         for item in items:
-            if not _argo_leaves(emit, templates, target, prefix + item, step_field, depth + 1, out):
+            state = self.node(target, prefix + item, field, depth + 1, live)
+            if state is None:
+                return None
+            states.append(state)
+        return states
+
+    def _steps(self, t: Mapping[str, Any], node: str, field: str, depth: int, live: bool) -> str | None:
+        """Step groups run one after the other, each once the one before succeeded (its steps with
+        ``continueOn.failed`` may fail); the steps of a group run together."""
+        state = ARGO_SUCCEEDED
+        for i, group in enumerate(_list(t.get("steps"))):
+            states: list[str] = []
+            for j, raw in enumerate([group] if isinstance(group, Mapping) else _list(group)):
+                step = _mapping(raw)
+                got = self._child(step, f"{node}[{i}].{step.get('name', '')}", f"{field}.steps[{i}][{j}]", depth,
+                                  live and state == ARGO_SUCCEEDED)
+                if got is None:
+                    return None
+                group_state = _argo_combine(got)
+                states.append(ARGO_SUCCEEDED if group_state == ARGO_FAILED and _continues_on_failure(step)
+                              else group_state)
+            if state == ARGO_SUCCEEDED:
+                state = _argo_combine(states)
+        return state if live else ARGO_RUNNING
+
+    def _dag(self, t: Mapping[str, Any], node: str, field: str, depth: int, live: bool) -> str | None:
+        """A DAG task runs once the tasks it depends on have finished and its condition holds: every task of
+        ``dependencies`` succeeded (or failed with ``continueOn.failed``), or its ``depends`` expression; a task
+        whose condition fails is omitted. Tasks without either run at once."""
+        emit = self.emit
+        tasks: dict[str, tuple[Mapping[str, Any], str]] = {}
+        for i, raw in enumerate(_list(get(t, "dag", "tasks"))):
+            task = _mapping(raw)
+            task_field = f"{field}.dag.tasks[{i}]"
+            task_name = task.get("name")
+            if not isinstance(task_name, str) or not task_name:
+                emit.error(f"{task_field}.name", "required: the task's name")
+                return None
+            if task_name in tasks:
+                emit.error(f"{task_field}.name", f"task {task_name!r} is defined twice")
+                return None
+            tasks[task_name] = (task, task_field)
+        conditions: dict[str, _ArgoDepends | None] = {}  # None: ``dependencies`` (all succeeded)
+        needs: dict[str, list[str]] = {}
+        for task_name, (task, task_field) in tasks.items():
+            depends = task.get("depends")
+            if isinstance(depends, str) and depends.strip():
+                try:
+                    parsed = _ArgoDepends(depends)
+                except ValueError as e:
+                    emit.error(f"{task_field}.depends", f"cannot be read: {e}")
+                    return None
+                conditions[task_name], needs[task_name] = parsed, sorted(parsed.names)
+                where = f"{task_field}.depends"
+            else:
+                conditions[task_name] = None
+                needs[task_name] = [str(d) for d in _list(task.get("dependencies"))]
+                where = f"{task_field}.dependencies"
+            unknown = [d for d in needs[task_name] if d not in tasks]
+            if unknown:
+                emit.error(where, f"names no task of the DAG: {', '.join(unknown)}")
+                return None
+        order = self._topological(tasks, needs, field)
+        if order is None:
+            return None
+        states: dict[str, list[str]] = {}
+        for task_name in order:
+            task, task_field = tasks[task_name]
+            deps = needs[task_name]
+            waiting = not live or any(_argo_combine(states[d]) == ARGO_RUNNING for d in deps)
+            runs = not waiting and self._holds(conditions[task_name], deps, states, tasks)
+            got = self._child(task, f"{node}.{task_name}", task_field, depth, runs)
+            if got is None:
+                return None
+            states[task_name] = got if runs or waiting else [ARGO_OMITTED]
+        if not live:
+            return ARGO_RUNNING
+        return _argo_combine([_argo_combine(s) for s in states.values()])
+
+    @staticmethod
+    def _holds(condition: _ArgoDepends | None, deps: list[str], states: Mapping[str, list[str]],
+               tasks: Mapping[str, tuple[Mapping[str, Any], str]]) -> bool:
+        if condition is not None:
+            return condition.holds(states)
+        for d in deps:
+            state = _argo_combine(states[d])
+            if all(s == ARGO_OMITTED for s in states[d]):
                 return False
-    return True
+            if state == ARGO_FAILED and not _continues_on_failure(tasks[d][0]):
+                return False
+        return True
+
+    def _topological(self, tasks: Mapping[str, Any], needs: Mapping[str, list[str]], field: str) -> list[str] | None:
+        """The tasks in an order where each comes after those it depends on (else in their order); None (and
+        an error) when the dependencies form a cycle."""
+        names = list(tasks)
+        index = {name: i for i, name in enumerate(names)}
+        waits = {name: len(set(needs[name])) for name in names}
+        dependents: dict[str, list[str]] = {}
+        for name in names:
+            for d in set(needs[name]):
+                dependents.setdefault(d, []).append(name)
+        ready = [index[name] for name in names if not waits[name]]
+        heapq.heapify(ready)
+        order: list[str] = []
+        while ready:
+            name = names[heapq.heappop(ready)]
+            order.append(name)
+            for after in dependents.get(name, ()):
+                waits[after] -= 1
+                if not waits[after]:
+                    heapq.heappush(ready, index[after])
+        if len(order) < len(names):
+            stuck = next(name for name in names if waits[name])
+            self.emit.error(f"{field}.dag.tasks", f"the dependencies form a cycle through task {stuck!r}")
+            return None
+        return order
 
 
 def _argo_containers(t: Mapping[str, Any]) -> list[Obj]:
@@ -549,9 +793,11 @@ def _argo_pod_spec(wf: Mapping[str, Any], t: Mapping[str, Any]) -> Obj:
     return spec
 
 
-def workflow_controller(w: Workload, emit: Emit) -> None:
-    """One pod per container node of the entry template, all created at once: steps and DAG dependencies are
-    not waited on and ``when`` conditions are taken as true (the pods a workflow can run, not the order)."""
+def workflow_controller(w: Workload, emit: Emit, phases: Mapping[str, str] | None = None) -> None:
+    """The pods Argo's controller creates for the workflow as it stands (``phases``: its pods that exist, by name,
+    with their phase): one per container node it has reached, a step group once the one before succeeded, a DAG
+    task once the tasks it depends on finished (:class:`_ArgoWalk`); ``when`` conditions are taken as true. Run
+    again as its pods finish (``RECONCILERS``), it creates the next ones."""
     spec = w.spec
     if "workflowTemplateRef" in spec:
         emit.error("spec.workflowTemplateRef", "a WorkflowTemplate reference cannot be resolved by the embedded "
@@ -565,12 +811,12 @@ def workflow_controller(w: Workload, emit: Emit) -> None:
     for t in _list(spec.get("templates")):
         if isinstance(t, Mapping) and isinstance(t.get("name"), str):
             templates[t["name"]] = t
-    leaves: list[_ArgoLeaf] = []
-    if not _argo_leaves(emit, templates, entry, w.meta.name, "spec.entrypoint", 0, leaves):
+    name = w.meta.name
+    walk = _ArgoWalk(emit, templates, name, phases or {})
+    if walk.node(entry, name, "spec.entrypoint", 0, True) is None:
         return
     pod_meta = _mapping(spec.get("podMetadata"))
-    name = w.meta.name
-    for leaf in leaves:
+    for leaf in walk.leaves:
         t_meta = _mapping(leaf.template.get("metadata"))
         labels = {**_str_map(pod_meta.get("labels")), **_str_map(t_meta.get("labels")),
                   ARGO_WORKFLOW_LABEL: name, ARGO_COMPLETED_LABEL: "false"}
@@ -1011,4 +1257,10 @@ CONTROLLERS: dict[tuple[str, str], ControllerFn] = {
     ("kubevirt.io", "VirtualMachineInstance"): vmi_controller,
     ("kubevirt.io", "VirtualMachine"): vm_controller,
     ("machinelearning.seldon.io", "SeldonDeployment"): seldon_controller,
+}
+
+#: controllers run again on a workload whose pods exist, given those pods' phases by name: they create the pods
+#: that are due now (Argo creates a workflow's pods as the steps before them finish)
+RECONCILERS: dict[tuple[str, str], Callable[[Workload, Emit, Mapping[str, str]], None]] = {
+    ("argoproj.io", "Workflow"): workflow_controller,
 }
