@@ -84,16 +84,16 @@ def test_compare_runs_both_in_the_order_given(tmp_path: Path) -> None:
     assert json.loads((out / "compare.json").read_text())["labels"] == ["zspread", "abinpack"]
 
 
-def test_bad_scenario_exits_1_and_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+def test_bad_scenario_exits_2_as_a_missing_file_does(tmp_path: Path) -> None:
     bad = _write(tmp_path, "bad.yaml", {**SCENARIO, "period": "soon"})
     result = CliRunner().invoke(cli, ["simulate", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.startswith(f"{bad}: period: ")
     missing = CliRunner().invoke(cli, ["simulate", str(tmp_path / "nope.yaml")])
     assert missing.exit_code == 2 and "nope.yaml" in missing.output
     listed = _write(tmp_path, "list.yaml", [1, 2])
     result = CliRunner().invoke(cli, ["simulate", str(listed)])
-    assert result.exit_code == 1 and "expected a scenario (a mapping" in result.stderr
+    assert result.exit_code == 2 and "expected a scenario (a mapping" in result.stderr
 
 
 # ------------------------------------------------------------------------------------------------ progress

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -386,3 +387,158 @@ def test_run_with_a_missing_file_is_a_usage_error(tmp_path, option):
     assert result.exit_code == 2
     assert result.stdout == ""
     assert f"Error: Invalid value for '{option}': File {missing!r} does not exist." in result.stderr
+
+
+# ------------------------------------------------------------------------------------------- bounded input
+def test_a_character_device_is_read_up_to_the_limit_then_refused_with_exit_2():
+    result = invoke("-f", "/dev/zero", "--max-input-bytes", "1Mi", "--now", NOW)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr == ("kaisched schedule: file /dev/zero: larger than 1,048,576 bytes (the input limit: "
+                             "--max-input-bytes or KAISCHED_MAX_INPUT_BYTES)\n")
+
+
+def test_the_input_limit_from_the_environment(clean_input):
+    size = clean_input.stat().st_size
+    runner = CliRunner(env={"KAISCHED_MAX_INPUT_BYTES": str(size - 1)})
+    result = runner.invoke(cli, ["schedule", "-f", str(clean_input), "--now", NOW])
+    assert result.exit_code == 2 and f"larger than {size - 1:,} bytes" in result.stderr
+    # the option wins over the environment
+    result = runner.invoke(cli, ["schedule", "-f", str(clean_input), "--now", NOW, "--max-input-bytes", str(size)])
+    assert result.exit_code == 0, result.output
+    # standard input is bounded the same way
+    result = CliRunner().invoke(cli, ["schedule", "-f", "-", "--max-input-bytes", "100", "--now", NOW],
+                                input=clean_input.read_text())
+    assert result.exit_code == 2 and "kaisched schedule: standard input: larger than 100 bytes" in result.stderr
+
+
+@pytest.mark.parametrize(("value", "where"), [("lots", "--max-input-bytes"), ("0", "--max-input-bytes")])
+def test_a_bad_input_limit_is_a_usage_error(clean_input, value, where):
+    result = invoke("-f", str(clean_input), "--max-input-bytes", value)
+    assert result.exit_code == 2
+    assert f"{where}: expected a number of bytes >= 1 like 1073741824 or 1Gi, got {value!r}" in result.stderr
+    env = CliRunner(env={"KAISCHED_MAX_INPUT_BYTES": "lots"}).invoke(cli, ["schedule", "-f", str(clean_input)])
+    assert env.exit_code == 2 and "KAISCHED_MAX_INPUT_BYTES: expected a number of bytes" in env.stderr
+
+
+def test_a_fifo_nobody_writes_to_is_refused_after_the_wait(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    result = CliRunner(env={"KAISCHED_INPUT_TIMEOUT": "0.2"}).invoke(cli, ["schedule", "-f", str(fifo), "--now", NOW])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"kaisched schedule: file {fifo}: a FIFO that no program writes to: nothing came in "
+                             "0.2 s (start the writer first, or wait longer with KAISCHED_INPUT_TIMEOUT=SECONDS)\n")
+
+
+def test_a_config_that_is_a_fifo_nobody_writes_to_is_refused(tmp_path, clean_input):
+    fifo = tmp_path / "config"
+    os.mkfifo(fifo)
+    result = CliRunner(env={"KAISCHED_INPUT_TIMEOUT": "0.2"}).invoke(
+        cli, ["schedule", "-f", str(clean_input), "--config", str(fifo)])
+    assert result.exit_code == 2
+    assert f"scheduler config: {fifo}: a FIFO that no program writes to" in result.stderr
+
+
+def test_reading_a_terminal_says_how_to_end(monkeypatch, capsys):
+    from kaisched.cli.schedule import stdin_hint
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal())
+    stdin_hint(("-",), "schedule")
+    assert capsys.readouterr().err == ("kaisched schedule: reading manifests from standard input (the terminal); "
+                                       "end with Ctrl-D\n")
+    stdin_hint(("cluster.yaml",), "schedule")
+    monkeypatch.setattr("sys.stdin", io.StringIO())
+    stdin_hint(("-",), "schedule")
+    assert capsys.readouterr().err == ""
+
+
+# ------------------------------------------------------------------------------------------- honest reports
+def _schedule(tmp_path: Path, objs: list[dict[str, object]]) -> tuple[Result, dict[str, object]]:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(objs))
+    result = invoke("-f", str(path), "-o", "json", "--now", NOW)
+    return result, json.loads(result.stdout)
+
+
+def _group(data: dict[str, object], name: str) -> dict[str, object]:
+    groups = data["podGroups"]
+    assert isinstance(groups, list)
+    return next(g for g in groups if g["name"] == name)
+
+
+def test_pods_of_an_invalid_queue_are_told_it_is_invalid_not_missing(tmp_path):
+    objs = flatten(node("n1", 8), queue("bad", gpu=-5), job("train", 1, gpus=1, queue="bad"))
+    result, data = _schedule(tmp_path, objs)
+    assert result.exit_code == 1, result.output
+    message = "spec.resources.gpu.quota: must be >= 0 or -1 (unlimited), got -5"
+    assert {"object": "Queue bad", "field": "spec.resources.gpu.quota",
+            "message": "must be >= 0 or -1 (unlimited), got -5"} in data["errors"]
+    group = _group(data, "default/train")
+    assert (group["status"], group["reason"]) == ("Pending", "InvalidQueue")
+    assert group["message"] == f"Queue 'bad' is invalid, so it is not scheduled: {message}"
+    assert "does not exist" not in json.dumps(data)
+    # the Python API says the same
+    import kaisched
+
+    api = kaisched.schedule(objs, now=datetime(2025, 1, 1, 12, tzinfo=UTC))
+    status = api.pod_group("default/train")
+    assert status is not None and status.reason == "InvalidQueue" and message in (status.message or "")
+
+
+def test_a_negative_over_quota_weight_is_reported(tmp_path):
+    objs = flatten(node("n1", 8), queue("q", gpu_weight=-2), job("train", 1, gpus=1))
+    result, data = _schedule(tmp_path, objs)
+    assert result.exit_code == 1, result.output
+    assert {"object": "Queue q", "field": "spec.resources.gpu.overQuotaWeight",
+            "message": "must be >= 0 (0: no share of what is left over quotas), got -2"} in data["errors"]
+    assert _group(data, "default/train")["reason"] == "InvalidQueue"
+
+
+@pytest.mark.parametrize("fraction", [" 0.5", "0.5 ", "0_5", "\u0660.5"])
+def test_a_gpu_fraction_kai_could_not_parse_is_reported(tmp_path, fraction):
+    objs = flatten(node("n1", 8), queue("q"), job("nb", 1))
+    objs[-1]["metadata"]["annotations"]["gpu-fraction"] = fraction
+    result, data = _schedule(tmp_path, objs)
+    assert result.exit_code == 1, result.output
+    assert data["errors"] == [{"object": "Pod default/nb-0", "field": "metadata.annotations.gpu-fraction",
+                               "message": f"must be a number in (0, 1], got {fraction!r}"}]
+    group = _group(data, "default/nb")
+    assert group["reason"] == "InvalidGPURequest" and data["binds"] == []
+
+
+def test_a_gang_larger_than_the_cluster_can_ever_hold_is_told_so(tmp_path):
+    """minMember 100,000 and one pod: KAI would only say NotReady (an event, no condition); no number of pods can
+    make it run on two nodes of 110 pod slots, so the reason says so (in Kubernetes mode: a PodGroup condition and
+    Unschedulable events, as for any reason but NotReady)."""
+    objs = flatten(node("n1", 8), node("n2", 8), queue("q"), job("huge", 1, min_member=100_000))
+    result, data = _schedule(tmp_path, objs)
+    assert result.exit_code == 0, result.output
+    group = _group(data, "default/huge")
+    assert (group["status"], group["reason"]) == ("Pending", "MinMemberTooLarge")
+    assert group["message"] == ("PodGroup default/huge can never run: minMember 100,000 is more pods than the "
+                                "cluster's nodes hold together (220, their allocatable pods); lower minMember or add "
+                                "nodes")
+    import kaisched
+
+    status = kaisched.schedule(objs, now=datetime(2025, 1, 1, 12, tzinfo=UTC)).pod_group("default/huge")
+    assert status is not None and status.reason == "MinMemberTooLarge"
+    # a gang that fits the cluster but lacks pods is still NotReady, as in KAI
+    objs = flatten(node("n1", 8), queue("q"), job("later", 1, min_member=3))
+    _, data = _schedule(tmp_path, objs)
+    assert _group(data, "default/later")["reason"] == "NotReady"
+
+
+def test_the_children_of_an_invalid_queue_are_told_why_their_parent_is_missing(tmp_path):
+    objs = flatten(node("n1", 8), queue("dept", gpu_limit=-3), queue("team", "dept"), job("train", 1, queue="team"))
+    result, data = _schedule(tmp_path, objs)
+    assert result.exit_code == 1, result.output
+    invalid = "spec.resources.gpu.limit: must be >= 0 or -1 (unlimited), got -3"
+    assert {"object": "Queue team", "field": "spec.parentQueue",
+            "message": f"parent queue 'dept' is invalid ({invalid}); the queue and its subtree are ignored"} \
+        in data["errors"]
+    assert _group(data, "default/train")["message"].endswith(
+        f"Parent queue 'dept' of queue 'team' is invalid: {invalid}")

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from kaisched.k8s import load_documents, load_objects
+from kaisched.k8s.loader import DEFAULT_MAX_INPUT_BYTES, DEFAULT_WAIT_SECONDS, InputLimitError, InputLimits
 
 NODE_YAML = """\
 apiVersion: v1
@@ -287,3 +292,127 @@ def test_a_file_named_dash_inside_a_directory_is_a_file(tmp_path: Path) -> None:
     write(tmp_path / "-", NODE_YAML.format(name="n1"))
     docs, errors = load_documents([tmp_path / "-"], stdin=io.StringIO("kind: Ignored"))
     assert errors == [] and [d["metadata"]["name"] for d in docs] == ["n1"]
+
+
+# ------------------------------------------------------------------------------------------- bounded input
+def test_a_file_larger_than_the_limit_is_refused_naming_it(tmp_path: Path) -> None:
+    path = write(tmp_path / "big.yaml", NODE_YAML.format(name="n1"))
+    size = path.stat().st_size
+    docs, errors = load_documents([path], limits=InputLimits(max_bytes=size))  # exactly the limit: read
+    assert errors == [] and len(docs) == 1
+    with pytest.raises(InputLimitError) as caught:
+        load_documents([path], limits=InputLimits(max_bytes=size - 1))
+    assert str(caught.value) == (f"file {path}: larger than {size - 1:,} bytes (the input limit: --max-input-bytes "
+                                 "or KAISCHED_MAX_INPUT_BYTES)")
+
+
+def test_the_limit_is_over_all_the_paths_of_one_read(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.yaml", NODE_YAML.format(name="n1"))
+    b = write(tmp_path / "b.yaml", NODE_YAML.format(name="n2"))
+    limits = InputLimits(max_bytes=a.stat().st_size + b.stat().st_size - 1)
+    with pytest.raises(InputLimitError, match=rf"^file {b}: the input is larger than .* in total \("):
+        load_documents([a, b], limits=limits)
+    assert len(load_documents([a], limits=limits)[0]) == 1
+
+
+def test_a_character_device_is_read_in_chunks_up_to_the_limit() -> None:
+    with pytest.raises(InputLimitError, match=r"^file /dev/zero: larger than 3,000,000 bytes"):
+        load_objects(["/dev/zero"], limits=InputLimits(max_bytes=3_000_000))
+
+
+def test_standard_input_is_bounded_too() -> None:
+    text = NODE_YAML.format(name="n1")
+    with pytest.raises(InputLimitError, match=r"^standard input: larger than 10 bytes"):
+        load_documents(["-"], stdin=io.StringIO(text), limits=InputLimits(max_bytes=10))
+    binary = io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8")
+    with pytest.raises(InputLimitError, match=r"^standard input: larger than 10 bytes"):
+        load_documents(["-"], stdin=binary, limits=InputLimits(max_bytes=10))
+    assert len(load_documents(["-"], stdin=io.StringIO(text), limits=InputLimits(max_bytes=len(text)))[0]) == 1
+
+
+def test_a_fifo_without_a_writer_is_refused_after_the_wait(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(InputLimitError) as caught:
+        load_documents([fifo], limits=InputLimits(wait_seconds=0.3))
+    assert 0.25 < time.monotonic() - started < 5
+    assert str(caught.value) == (f"file {fifo}: a FIFO that no program writes to: nothing came in 0.3 s (start the "
+                                 "writer first, or wait longer with KAISCHED_INPUT_TIMEOUT=SECONDS)")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.2])
+def test_a_fifo_is_read_to_its_end_when_a_writer_comes(tmp_path: Path, delay: float) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    text = NODE_YAML.format(name="n1") + "---\n" + NODE_YAML.format(name="n2")
+
+    def writer() -> None:
+        time.sleep(delay)
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write(text[:40])
+            f.flush()
+            time.sleep(0.2)  # a slow writer is waited for, once it is there
+            f.write(text[40:])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        docs, errors = load_documents([fifo], limits=InputLimits(wait_seconds=5))
+    finally:
+        thread.join()
+    assert errors == [] and [d["metadata"]["name"] for d in docs] == ["n1", "n2"]
+
+
+def test_a_fifo_over_the_limit_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def writer() -> None:
+        with contextlib.suppress(BrokenPipeError), open(fifo, "wb") as f:
+            f.write(b"#" * 200_000)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        with pytest.raises(InputLimitError, match=r"larger than 100,000 bytes"):
+            load_documents([fifo], limits=InputLimits(max_bytes=100_000, wait_seconds=5))
+    finally:
+        thread.join()
+
+
+def test_a_writer_that_closes_without_writing_is_an_empty_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def writer() -> None:
+        time.sleep(0.1)
+        open(fifo, "wb").close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert load_documents([fifo], limits=InputLimits(wait_seconds=5)) == ([], [])
+    finally:
+        thread.join()
+
+
+def test_limits_from_the_environment() -> None:
+    assert InputLimits.from_env({}) == InputLimits(DEFAULT_MAX_INPUT_BYTES, DEFAULT_WAIT_SECONDS)
+    assert InputLimits.from_env({"KAISCHED_MAX_INPUT_BYTES": "2Gi", "KAISCHED_INPUT_TIMEOUT": "1.5"}) == \
+        InputLimits(2 << 30, 1.5)
+    assert InputLimits.from_env({"KAISCHED_MAX_INPUT_BYTES": "2Gi"}, max_bytes=100).max_bytes == 100  # option wins
+    with pytest.raises(ValueError, match=r"^KAISCHED_MAX_INPUT_BYTES: expected a number of bytes >= 1 like "
+                                         r"1073741824 or 1Gi, got 'lots'$"):
+        InputLimits.from_env({"KAISCHED_MAX_INPUT_BYTES": "lots"})
+    with pytest.raises(ValueError, match=r"^KAISCHED_INPUT_TIMEOUT: expected a number of seconds > 0"):
+        InputLimits.from_env({"KAISCHED_INPUT_TIMEOUT": "-1"})
+    with pytest.raises(ValueError, match="max_bytes"):
+        InputLimits(max_bytes=0)
+
+
+def test_the_default_limit_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path / "a.yaml", NODE_YAML.format(name="n1"))
+    monkeypatch.setenv("KAISCHED_MAX_INPUT_BYTES", "10")
+    with pytest.raises(InputLimitError, match="larger than 10 bytes"):
+        load_objects([path])

@@ -679,9 +679,17 @@ def test_queue_negative_fractional_quota_is_an_error() -> None:
     assert error.message == "must be >= 0 or -1 (unlimited), got -0.5"
 
 
-def test_queue_negative_over_quota_weight_is_allowed() -> None:
+def test_queue_over_quota_weight_minus_one_is_allowed() -> None:
+    """-1: what KAI's own test harness gives its implicit department (spec, appendix A.2)."""
     (q,) = parse_ok(queue(spec={"resources": {"gpu": {"overQuotaWeight": -1}}})).queues
     assert q.resources.gpu.over_quota_weight == -1.0
+
+
+@pytest.mark.parametrize("weight", [-2, -0.5, "-3"])
+def test_queue_other_negative_over_quota_weight_is_an_error(weight: object) -> None:
+    error = parse_one_error(queue("team-a", spec={"resources": {"cpu": {"overQuotaWeight": weight}}}))
+    assert (error.object, error.field) == ("Queue team-a", "spec.resources.cpu.overQuotaWeight")
+    assert error.message == f"must be >= 0 (0: no share of what is left over quotas), got {float(weight):g}"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,15 @@ import yaml
 
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.framework.config import ConfigError, SchedulerConfig
-from kaisched.k8s.loader import STDIN, load_objects
+from kaisched.k8s.loader import (
+    MAX_INPUT_BYTES_ENV,
+    STDIN,
+    InputLimitError,
+    InputLimits,
+    load_objects,
+    parse_byte_size,
+    read_text,
+)
 
 EXAMPLES = """\
 \b
@@ -40,6 +48,39 @@ def _parse_now(value: str | None) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
+def input_limits(max_input_bytes: str | None) -> InputLimits:
+    """The input limits of a command: ``--max-input-bytes`` over ``KAISCHED_MAX_INPUT_BYTES`` over the
+    defaults (a bad value is a usage error)."""
+    try:
+        size = None if max_input_bytes is None else parse_byte_size(max_input_bytes, "--max-input-bytes")
+        return InputLimits.from_env(max_bytes=size)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def load_config(path: str, limits: InputLimits) -> SchedulerConfig:
+    """A scheduler configuration file, read within the input limits (a FIFO or a device too)."""
+    try:
+        text = read_text(path, limits, source=path)
+    except InputLimitError as exc:
+        raise ConfigError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{path}: cannot read scheduler config: {reason}") from None
+    try:
+        raw = yaml.load(text, Loader=yaml.CSafeLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    return SchedulerConfig() if raw is None else SchedulerConfig.from_mapping(raw)
+
+
+def stdin_hint(paths: tuple[str, ...] | list[str], command: str) -> None:
+    """Say so when standard input is a terminal that is about to be read (rather than wait silently)."""
+    if STDIN in paths and sys.stdin is not None and sys.stdin.isatty():
+        click.echo(f"kaisched {command}: reading manifests from standard input (the terminal); end with Ctrl-D",
+                   err=True)
+
+
 def _check_paths(paths: tuple[str, ...]) -> None:
     """Standard input can be read once."""
     if paths.count(STDIN) > 1:
@@ -58,24 +99,34 @@ def _check_paths(paths: tuple[str, ...]) -> None:
 @click.option("--max-rows", type=int, default=50, show_default=True,
               help="Table output: at most this many rows per section (decisions, evictions, pending PodGroups, "
                    "GPU nodes; 0 = all).")
+@click.option("--max-input-bytes", default=None, metavar="BYTES",
+              help=f"Read at most this much input over all -f paths (bytes, or a quantity like 2Gi; default 1Gi, "
+                   f"or ${MAX_INPUT_BYTES_ENV}); more is refused (exit status 2).")
 def schedule_command(paths: tuple[str, ...], config_path: str | None, now: str | None, output: str,
-                     max_rows: int) -> None:
+                     max_rows: int, max_input_bytes: str | None) -> None:
     """Run one scheduling cycle on the cluster described by the manifests and print the decisions.
 
     Tables fit the terminal, or $COLUMNS when set (120 columns when the output is not a terminal).
 
     Exit status: 0 on success, 1 when some input objects had errors (they are listed, the rest is still
     scheduled), 2 when the command line (a missing -f path, say) or the scheduler configuration cannot be
-    used, 3 on an internal error.
+    used, or the input is over its limits (--max-input-bytes; a FIFO nobody writes to for
+    $KAISCHED_INPUT_TIMEOUT seconds, 10 by default), 3 on an internal error.
     """
     _check_paths(paths)
+    limits = input_limits(max_input_bytes)
     when = _parse_now(now)
     try:
-        config = SchedulerConfig.load(config_path) if config_path else SchedulerConfig()
+        config = load_config(config_path, limits) if config_path else SchedulerConfig()
         config = resolve_config(config)
     except ConfigError as exc:
         raise click.UsageError(f"scheduler config: {exc}") from None
-    parsed = load_objects(paths)  # "-": sys.stdin
+    stdin_hint(paths, "schedule")
+    try:
+        parsed = load_objects(paths, limits=limits)  # "-": sys.stdin
+    except InputLimitError as exc:
+        click.echo(f"kaisched schedule: {exc}", err=True)
+        sys.exit(2)
     with no_cyclic_gc():
         prepared = prepare(parsed, config, when)
         result = run_prepared_cycle(prepared, config, when)

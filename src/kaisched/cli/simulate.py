@@ -1,7 +1,8 @@
 """``kaisched simulate``: replay a scenario's workload through the scheduler on a simulated clock.
 
-Every scenario is read and checked before anything is simulated (unknown queues, jobs that could never run,
-malformed values: exit 1, each problem on a line naming the file and the field). The summary goes to standard
+Every scenario is read and checked before anything is simulated (unknown fields and queues, jobs that could never
+run, malformed values, sizes over the scenario's limits, errors in the cluster's objects or the scheduler
+configuration: exit 2, each problem on a line naming the file and the field). The summary goes to standard
 output, wrapped between phrases to the terminal's width (``COLUMNS`` when set); the progress of a run goes to
 standard error: a bar on a terminal, nothing otherwise (``--progress`` prints plain lines instead,
 ``--no-progress`` or ``--quiet`` never shows it).
@@ -19,9 +20,12 @@ from typing import NoReturn, TextIO
 
 import click
 
+from kaisched.cli.schedule import input_limits
 from kaisched.framework.config import ConfigError
+from kaisched.k8s.loader import MAX_INPUT_BYTES_ENV
 from kaisched.sim import ProgressInfo, ScenarioError, SimResult, SimulationError, load_scenario, simulate
 from kaisched.sim.model import Scenario
+from kaisched.sim.validate import cluster_problems
 
 EXAMPLES = """\
 \b
@@ -109,16 +113,21 @@ def _fail(lines: list[str], code: int) -> NoReturn:
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Show the progress of the run on standard error (default: a bar when it is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no summary: only problems and the report's path.")
+@click.option("--max-input-bytes", default=None, metavar="BYTES",
+              help=f"Read at most this much of each scenario and the files it names (bytes, or a quantity like 2Gi; "
+                   f"default 1Gi, or ${MAX_INPUT_BYTES_ENV}).")
 def simulate_command(scenario: str | None, outdir: str, seed: int | None, compare_paths: tuple[str, str] | None,
-                     show_progress: bool | None, quiet: bool) -> None:
+                     show_progress: bool | None, quiet: bool, max_input_bytes: str | None) -> None:
     """Simulate SCENARIO (a scenario file: cluster, queues, scheduler config, workload) and write a report.
 
-    Every scenario is checked before anything runs: queues that do not exist, jobs no node (or the whole
-    cluster) could ever run, malformed or negative values. The summary accounts for every job (completed,
-    running, waiting, dropped) and wraps to the terminal's width (COLUMNS).
+    Every scenario is checked before anything runs: unknown fields, queues that do not exist, jobs no node (or
+    the whole cluster) could ever run, malformed or negative values, reversed ranges, sizes over the scenario's
+    limits, errors in the cluster's objects and the scheduler configuration. The summary accounts for every job
+    (completed, running, waiting, dropped) and wraps to the terminal's width (COLUMNS).
 
-    Exit status: 0 on success, 1 when a scenario has problems (each named with its file and field), 2 for a
-    bad command line or when the report cannot be drawn (matplotlib missing: pip install 'kaisched[sim]').
+    Exit status: 0 on success; 2 when a scenario cannot be used (nothing is simulated; each problem is named with
+    its file and field), for a bad command line, or when the report cannot be drawn (matplotlib missing: pip
+    install 'kaisched[sim]'); 3 on an internal error.
     """
     from kaisched.sim import report
 
@@ -127,6 +136,7 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
         raise click.UsageError("give a SCENARIO file, or --compare A.yaml B.yaml")
     if compare_paths and scenario:
         raise click.UsageError("give either a SCENARIO or --compare A.yaml B.yaml, not both")
+    limits = input_limits(max_input_bytes)
     try:
         report.check_plotting()
     except report.ReportDependencyError as exc:
@@ -135,11 +145,13 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
     problems: list[str] = []
     for path in paths:
         try:
-            scenarios.append(load_scenario(path, seed=seed))
+            scenarios.append(load_scenario(path, seed=seed, limits=limits))
         except ScenarioError as exc:
             problems += [p if p.startswith(f"{path}:") else f"{path}: {p}" for p in exc.problems]
+        else:  # the cluster's objects, checked as the run would (before any run starts)
+            problems += [f"{path}: {p}" for p in cluster_problems(scenarios[-1])]
     if problems:
-        _fail([*problems, f"nothing simulated: {len(problems)} problem{'s' if len(problems) > 1 else ''}"], 1)
+        _fail([*problems, f"nothing simulated: {len(problems)} problem{'s' if len(problems) > 1 else ''}"], 2)
     mode = "off" if quiet or show_progress is False else "bar" if sys.stderr.isatty() else (
         "lines" if show_progress else "off")
     err = sys.stderr
@@ -156,10 +168,10 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
         try:
             with _progress(label, mode, err) as callback:
                 result = simulate(sc, progress=callback)
-        except ConfigError as exc:
-            _fail([f"{path}: config: {exc}"], 1)
+        except ConfigError as exc:  # (checked when the scenario is read: not expected here)
+            _fail([f"{path}: config: {exc}"], 2)
         except SimulationError as exc:
-            _fail([f"{path}: {exc}"], 1)
+            _fail([f"{path}: {exc}"], 2)
         result.inputs["command"] = command
         results.append(result)
         labels.append(label)

@@ -816,9 +816,10 @@ def _queue_resource(ctx: _Ctx, value: object, path: str) -> QueueResource:
     for key, amount in (("quota", quota), ("limit", limit)):
         if amount < 0 and amount != c.UNLIMITED:
             ctx.error(f"{path}.{key}", f"must be >= 0 or -1 (unlimited), got {amount:g}")
-    return QueueResource(
-        quota=quota, over_quota_weight=_queue_number(ctx, resource, "overQuotaWeight", path), limit=limit
-    )
+    weight = _queue_number(ctx, resource, "overQuotaWeight", path)
+    if weight < 0 and weight != c.UNLIMITED:  # (-1: what KAI's own test harness gives its implicit department)
+        ctx.error(f"{path}.overQuotaWeight", f"must be >= 0 (0: no share of what is left over quotas), got {weight:g}")
+    return QueueResource(quota=quota, over_quota_weight=weight, limit=limit)
 
 
 def _queue_number(ctx: _Ctx, resource: Mapping[str, Any], key: str, path: str) -> float:

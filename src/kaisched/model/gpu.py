@@ -144,6 +144,12 @@ class GpuRequestError:
     message: str
 
 
+def _go_number(text: str) -> bool:
+    """Whether Go's strconv (KAI parses these annotations with it) could read ``text`` as a number: Python's
+    float() and int() also take surrounding spaces, underscores and non-ASCII digits."""
+    return text.isascii() and "_" not in text and text.strip() == text
+
+
 def _ann_field(key: str) -> str:
     return f"metadata.annotations.{key}"
 
@@ -218,7 +224,7 @@ def _read_gpu_request(pod: Pod, requests: Mapping[str, float]) -> tuple[GpuReque
     err = None
     if raw_devices is not None:
         try:
-            count = int(raw_devices)
+            count = int(raw_devices) if _go_number(raw_devices) else 0
         except ValueError:
             count = 0
         if count <= 0:
@@ -237,7 +243,7 @@ def _read_gpu_request(pod: Pod, requests: Mapping[str, float]) -> tuple[GpuReque
             _ann_field(key), f"{key} cannot be combined with a GPU resource request (nvidia.com/gpu or MIG)")
     if raw_fraction is not None:
         try:
-            portion = float(raw_fraction)
+            portion = float(raw_fraction) if _go_number(raw_fraction) else math.nan
         except ValueError:
             portion = math.nan
         if not 0.0 < portion <= 1.0:  # also rejects NaN
@@ -246,7 +252,7 @@ def _read_gpu_request(pod: Pod, requests: Mapping[str, float]) -> tuple[GpuReque
         return GpuRequest(GpuKind.FRACTION, count, portion=portion, mps=mps, container=container), err
     assert raw_memory is not None
     try:
-        memory = int(raw_memory)
+        memory = int(raw_memory) if _go_number(raw_memory) else 0
     except ValueError:
         memory = 0
     if memory <= 0:

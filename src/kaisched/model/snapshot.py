@@ -43,7 +43,7 @@ from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo, SubGroupSet
 from kaisched.model.node import NodeTable, forget_static_nodes
 from kaisched.model.pod_facts import PodFacts, forget_all, pod_facts, retain, stale_allowance
 from kaisched.model.queue import QueueInfo, QueueTree
-from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, ResourceIndex, Vector
+from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS, ResourceIndex, Vector
 from kaisched.model.segments import apply_segments
 from kaisched.model.status import ACTIVE_USED, TaskStatus
 from kaisched.model.task import TaskInfo
@@ -156,9 +156,14 @@ def build_queue_tree(
             errors.append(ObjectError(_ref("Queue", q.meta), "spec.parentQueue", msg))
             dropped[name] = f"Queue '{name}' is part of a cycle in the queue tree"
         elif problem == name:
-            msg = f"parent queue '{q.parent_queue}' does not exist; the queue and its subtree are ignored"
+            invalid = next((f"{e.field}: {e.message}" for e in errors if e.object == f"Queue {q.parent_queue}"), "")
+            if invalid:  # (left out by the parser)
+                msg = f"parent queue '{q.parent_queue}' is invalid ({invalid}); the queue and its subtree are ignored"
+                dropped[name] = f"Parent queue '{q.parent_queue}' of queue '{name}' is invalid: {invalid}"
+            else:
+                msg = f"parent queue '{q.parent_queue}' does not exist; the queue and its subtree are ignored"
+                dropped[name] = f"Parent queue '{q.parent_queue}' of queue '{name}' does not exist"
             errors.append(ObjectError(_ref("Queue", q.meta), "spec.parentQueue", msg))
-            dropped[name] = f"Parent queue '{q.parent_queue}' of queue '{name}' does not exist"
         else:
             dropped[name] = f"Queue '{name}' is below the orphan queue '{problem}'"
     kept = [q for n, q in sorted(by_name.items()) if n not in dropped]
@@ -340,6 +345,7 @@ class SnapshotBuilder:
         self.segmented: set[str] = set()  # jobs with a pod asking for segments (segments.apply_segments)
         self.dra: DraSnapshot | None = None
         self._with_gpus: dict[tuple[int, float], Vector] = {}  # (id of a request vector, DRA GPUs) -> vector
+        self._queue_errors: dict[str, str] | None = None  # Queue name -> its first input error (_invalid_queue)
 
     def build(self) -> Snapshot:
         parsed, now = self.parsed, self.now
@@ -409,9 +415,12 @@ class SnapshotBuilder:
                 nodes.add_task(task, task.node)
                 if task.job is None and not self._is_ours(pod) and nodes.schedulable[task.node]:
                     other_usage += task.quota_vector()
+        pod_slots = int(nodes.allocatable[PODS].sum())  # (every node: a cordoned one may come back)
         for job in jobs.values():
             if job.key in self.segmented:  # (a pod of the job asks for segments)
                 apply_segments(job, self.errors)
+            if job.blocked is None:
+                _check_min_members(job, pod_slots)
             for ps in job.pod_sets.values():
                 if len(ps.tasks) > 1:
                     ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
@@ -539,6 +548,10 @@ class SnapshotBuilder:
             self.errors.append(ObjectError(ref, "spec.queue", "must name a queue"))
         elif pg.queue in dropped:
             info.blocked = FitError("QueueDoesNotExist", f"Queue '{pg.queue}' does not exist. {dropped[pg.queue]}")
+        elif queue is None and (invalid := self._invalid_queue(pg.queue)):
+            info.blocked = FitError("InvalidQueue", f"Queue '{pg.queue}' is invalid, so it is not scheduled: {invalid}")
+            self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' is invalid ({invalid}); the "
+                                           "PodGroup is not scheduled until the Queue is fixed"))
         elif queue is None:
             info.blocked = FitError("QueueDoesNotExist", f"Queue '{pg.queue}' does not exist")
             self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' does not exist"))
@@ -548,6 +561,15 @@ class SnapshotBuilder:
             )
             self.errors.append(ObjectError(ref, "spec.queue", f"queue '{pg.queue}' is not a leaf queue"))
         return info
+
+    def _invalid_queue(self, name: str) -> str:
+        """The first input error of the Queue ``name`` (left out by the parser), "" when it has none."""
+        if self._queue_errors is None:
+            self._queue_errors = {}
+            for e in self.parsed.errors:
+                if e.object.startswith("Queue "):
+                    self._queue_errors.setdefault(e.object[6:], f"{e.field}: {e.message}" if e.field else e.message)
+        return self._queue_errors.get(name, "")
 
     @staticmethod
     def _sub_group_tree(pg: PodGroup, pod_sets: dict[str, PodSetInfo],
@@ -667,6 +689,22 @@ class SnapshotBuilder:
             while len(groups) < gpu.count:  # a running shared pod without a group has devices of its own
                 groups.append(f"{PRIVATE_PREFIX}{task.uid}:{len(groups)}")
             task.gpu_groups = tuple(groups)
+
+
+MIN_MEMBER_TOO_LARGE = "MinMemberTooLarge"
+
+
+def _check_min_members(job: PodGroupInfo, pod_slots: int) -> None:
+    """Block a job whose gang minimum is more pods than the cluster's nodes hold together (their allocatable
+    ``pods``): it could never run, however many pods it gets (KAI would only say NotReady)."""
+    need = 0
+    for ps in job.pod_sets.values():
+        need += ps.min_available
+    if need > pod_slots and need > 1:  # (a single pod that fits nowhere: the fit errors say why)
+        what = f"minMember {need:,}" if len(job.pod_sets) == 1 else f"the minMember of its sub-groups ({need:,} pods)"
+        job.blocked = FitError(MIN_MEMBER_TOO_LARGE, f"PodGroup {job.key} can never run: {what} is more pods than "
+                               f"the cluster's nodes hold together ({pod_slots:,}, their allocatable pods); lower "
+                               "minMember or add nodes")
 
 
 def build_snapshot(parsed: ParsedObjects, now: datetime, options: SnapshotOptions | None = None) -> Snapshot:

@@ -7,6 +7,7 @@ period: 30s                  # between scheduling cycles (a Go duration or secon
 until: 24h                   # optional: stop here (default: when every job has finished)
 seed: 7                      # for the generated workload, the queue tree and trace resampling
 impossible_jobs: error       # jobs no node / the whole cluster could ever run: error (default) or drop
+limits: {nodes: 100000, jobs: 1000000, pods: 1000000, devices: 1000000, queues: 100000}   # (the defaults)
 config: {...}                # KAI-format scheduler configuration, or config_file: sched.yaml
 cluster:
   files: [cluster/]          # node / queue / priority class / topology manifests (files or folders)
@@ -41,10 +42,14 @@ Compact jobs: ``pods`` (default 1), ``gpus`` per pod (a fraction below 1 is ``gp
 ``namespace`` (default ``default``). Times and durations are Go durations (``90s``, ``1h30m``) or seconds.
 
 Checks (:func:`scenario_from_mapping`): a malformed value raises :class:`ScenarioError` naming its field (unknown
-fields too); then every unknown queue and every job that could never run (:mod:`kaisched.sim.validate`) is
-collected and raised together (``ScenarioError.problems``), unless ``impossible_jobs: drop`` leaves such jobs out
-(``Scenario.dropped``; the run counts them as dropped). Each arrival records where it is written
-(``Arrival.source``: ``workload.generate[1].mix[0]``, ``workload.arrivals[3].job``, a trace's ``file:line``).
+fields, reversed ranges, a scheduler configuration KAI would refuse, sizes over the scenario's ``limits``
+(:class:`ScenarioLimits`: the pools' nodes and DRA devices, the queue tree's Queues, the workload's jobs and pods,
+counted before they are made), files over the input limits (:class:`~kaisched.k8s.loader.InputLimits`)); then
+every unknown queue and every job that could never run
+(:mod:`kaisched.sim.validate`) is collected and raised together (``ScenarioError.problems``), unless
+``impossible_jobs: drop`` leaves such jobs out (``Scenario.dropped``; the run counts them as dropped). Each
+arrival records where it is written (``Arrival.source``: ``workload.generate[1].mix[0]``,
+``workload.arrivals[3].job``, a trace's ``file:line``).
 
 A ``queue_tree`` (:func:`queue_tree`) adds ``departments`` top-level Queues ``dept-<d>``, each with ``teams`` leaf
 Queues ``dept-<d>-team-<t>``: their GPU quotas split ``gpus`` (``auto``, the default: the GPUs of the cluster's
@@ -91,8 +96,10 @@ from typing import Any, TypeGuard
 
 import yaml
 
+from kaisched.cluster.schedule import resolve_config
+from kaisched.framework.config import ConfigError
 from kaisched.k8s import constants as C
-from kaisched.k8s.loader import load_documents
+from kaisched.k8s.loader import InputLimitError, InputLimits, load_documents, read_text
 from kaisched.k8s.quantity import QuantityError, parse_duration, parse_quantity
 from kaisched.model.dra import is_gpu_class, is_gpu_driver
 from kaisched.model.dra_cel import CelError, compile_selector
@@ -107,6 +114,92 @@ class ScenarioError(ValueError):
     def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.problems = list(problems) or [message]
+
+
+# ------------------------------------------------------------------------------------------- limits
+LIMIT_FIELDS = ("nodes", "jobs", "pods", "devices", "queues")
+MAX_QUEUES = 100_000  # the default limit of a queue tree's Queues
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioLimits:
+    """How much a scenario may make, checked before it is made (``limits:`` in the file raises them): nodes of
+    the pools, jobs and pods of the workload (explicit, generated and traced), DRA devices of the pools, Queues of
+    the queue tree."""
+
+    nodes: int = 100_000
+    jobs: int = 1_000_000
+    pods: int = 1_000_000
+    devices: int = 1_000_000
+    queues: int = MAX_QUEUES
+
+    @classmethod
+    def of(cls, raw: object, field: str = "limits") -> ScenarioLimits:
+        given = _mapping(raw, field)
+        _unknown(given, LIMIT_FIELDS, field)
+        for key, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ScenarioError(f"{field}.{key}: expected a positive integer, got {value!r}")
+        return cls(**{str(k): v for k, v in given.items()})
+
+
+class _Sizes:
+    """What the scenario makes, counted against its limits before each thing is made."""
+
+    __slots__ = ("jobs", "limits", "pods")
+
+    def __init__(self, limits: ScenarioLimits) -> None:
+        self.limits = limits
+        self.jobs = 0
+        self.pods = 0
+
+    def refuse(self, field: str, what: str, limit: str) -> ScenarioError:
+        return ScenarioError(f"{field}: {what}, more than the scenario's limit of {getattr(self.limits, limit):,} "
+                             f"(limits.{limit}: raise it to simulate more)")
+
+    def expect(self, field: str, jobs: int, pods_each: int, max_pods_each: int) -> None:
+        """Before a stream of ``jobs`` jobs of ``pods_each`` to ``max_pods_each`` pods is generated."""
+        if max_pods_each > self.limits.pods:
+            raise self.refuse(f"{field}.pods", f"jobs of up to {max_pods_each:,} pods", "pods")
+        if self.jobs + jobs > self.limits.jobs:
+            before = f" (and {self.jobs:,} before)" if self.jobs else ""
+            raise self.refuse(f"{field}.jobs", f"{jobs:,} jobs{before}", "jobs")
+        if self.pods + jobs * pods_each > self.limits.pods:
+            before = f" (and {self.pods:,} before)" if self.pods else ""
+            each = f"{pods_each:,} pod" + ("s" if pods_each != 1 else "")
+            raise self.refuse(f"{field}.jobs", f"{jobs:,} jobs of at least {each}: {jobs * pods_each:,} pods{before}",
+                              "pods")
+
+    def add(self, field: str, pods: int) -> None:
+        """Before one job of ``pods`` pods is made."""
+        if self.jobs + 1 > self.limits.jobs:
+            raise self.refuse(field, f"more than {self.jobs:,} jobs", "jobs")
+        if self.pods + pods > self.limits.pods:
+            raise self.refuse(field, f"{self.pods + pods:,} pods with this job's {pods:,}", "pods")
+        self.jobs += 1
+        self.pods += pods
+
+
+def _pool_sizes(pools: Sequence[Any], limits: ScenarioLimits) -> None:
+    """The pools' nodes and DRA devices against the limits, before any node is made."""
+    nodes = devices = 0
+    for i, pool in enumerate(pools):
+        if not isinstance(pool, Mapping):
+            continue  # (reported when the pool is read)
+        count, dra = pool.get("count", 1), pool.get("dra")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            continue
+        nodes += count
+        if nodes > limits.nodes:
+            raise ScenarioError(f"cluster.pools[{i}].count: {nodes:,} nodes in the pools up to this one, more than "
+                                f"the scenario's limit of {limits.nodes:,} (limits.nodes: raise it to simulate more)")
+        per_node = dra.get("devices") if isinstance(dra, Mapping) else None
+        if isinstance(per_node, int) and not isinstance(per_node, bool) and per_node > 0:
+            devices += count * per_node
+            if devices > limits.devices:
+                raise ScenarioError(f"cluster.pools[{i}].dra.devices: {devices:,} DRA devices in the pools up to "
+                                    f"this one, more than the scenario's limit of {limits.devices:,} "
+                                    "(limits.devices: raise it to simulate more)")
 
 
 def _seconds(value: object, field: str) -> float:
@@ -146,9 +239,13 @@ def _list(value: object, field: str) -> Sequence[Any]:
 
 
 # --------------------------------------------------------------------------------------------- objects
+POOL_FIELDS = ("name", "count", "gpus", "gpu_memory_mib", "cpu", "memory", "pods", "labels", "dra")
+
+
 def pool_nodes(pool: Mapping[str, Any], field: str) -> list[Obj]:
     """``count`` nodes of one shape: ``<name>-<i>`` (with a ``dra`` block, each node's ResourceSlice follows
     its Node: :func:`dra_slice`)."""
+    _unknown(pool, POOL_FIELDS, field)
     name = str(pool.get("name") or "node")
     count = pool.get("count", 1)
     if not isinstance(count, int) or count < 0:
@@ -357,10 +454,10 @@ def job_objects(spec: Mapping[str, Any], field: str, *, name: str | None = None,
     namespace = str(spec.get("namespace") or "default")
     queue = str(spec.get("queue") or "default-queue")
     pods = spec.get("pods", 1)
-    if not isinstance(pods, int) or pods < 1:
+    if isinstance(pods, bool) or not isinstance(pods, int) or pods < 1:
         raise ScenarioError(f"{field}.pods: expected a positive integer, got {pods!r}")
     gpus = spec.get("gpus", 0)
-    if isinstance(gpus, bool) or not isinstance(gpus, int | float) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
+    if not _is_number(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
         raise ScenarioError(f"{field}.gpus: expected a whole number of GPUs or a fraction below 1, got {gpus!r}")
     _quantity_value(spec.get("cpu", 1), f"{field}.cpu")
     _quantity_value(spec.get("memory", "4Gi"), f"{field}.memory")
@@ -393,7 +490,12 @@ def _claim_entry(spec: Mapping[str, Any], field: str) -> tuple[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------- workload
-def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses) -> list[Arrival]:
+JOB_SPEC_FIELDS = ("name", "namespace", "queue", "pods", "gpus", "gpu_claim", "gpuClaim", "cpu", "memory",
+                   "priority_class", "min_member")
+
+
+def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses, sizes: _Sizes,
+              limits: InputLimits) -> list[Arrival]:
     out: list[Arrival] = []
     for i, raw in enumerate(entries):
         field = f"workload.arrivals[{i}]"
@@ -403,18 +505,24 @@ def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses) -> list
         duration = _seconds(e.get("duration", "inf"), f"{field}.duration")
         if "job" in e:
             source = f"{field}.job"
-            objs, queue, gpus = job_objects(_mapping(e["job"], f"{field}.job"), f"{field}.job", classes=classes)
+            spec = _mapping(e["job"], source)
+            _unknown(spec, JOB_SPEC_FIELDS, source)
+            pods = spec.get("pods", 1)
+            if isinstance(pods, int) and not isinstance(pods, bool) and pods > 0:
+                sizes.add(f"{source}.pods", pods)
+            objs, queue, gpus = job_objects(spec, source, classes=classes)
             name = f"{objs[0]['metadata']['namespace']}/{objs[0]['metadata']['name']}"
         elif "manifest" in e or "file" in e:
             source = f"{field}.file" if "file" in e else f"{field}.manifest"
             if "file" in e:
-                docs, errors = load_documents([base / str(e["file"])])
+                docs, errors = _documents([base / str(e["file"])], f"{field}.file", limits)
                 if errors:
                     raise ScenarioError(f"{field}.file: " + "; ".join(str(x) for x in errors))
             else:
                 docs = [dict(_mapping(e["manifest"], f"{field}.manifest"))]
             if not docs:
                 raise ScenarioError(f"{field}: no objects")
+            sizes.add(field, sum(1 for d in docs if d.get("kind") == "Pod"))
             meta = _mapping(docs[0].get("metadata"), f"{field}.metadata")
             name = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
             labels = _mapping(meta.get("labels"), f"{field}.metadata.labels")
@@ -494,7 +602,8 @@ def queue_manifest(name: str, parent: str | None, gpu_quota: float, weight: floa
     return {"apiVersion": C.QUEUE_API_VERSION, "kind": C.QUEUE_KIND, "metadata": {"name": name}, "spec": spec}
 
 
-def queue_tree(raw: object, objects: Sequence[Obj], seed: int, field: str = "cluster.queue_tree") -> list[Obj]:
+def queue_tree(raw: object, objects: Sequence[Obj], seed: int, field: str = "cluster.queue_tree", *,
+               max_queues: int = MAX_QUEUES) -> list[Obj]:
     """The Queues of a compact ``queue_tree``: ``departments`` top-level queues ``dept-<d>``, each with ``teams``
     leaf queues ``dept-<d>-team-<t>``; the GPU quotas split ``gpus`` (``auto``: the cluster's, from
     :func:`cluster_gpus`) by shares drawn from ``U(shares)`` (the departments' of the cluster, the teams' of
@@ -504,6 +613,10 @@ def queue_tree(raw: object, objects: Sequence[Obj], seed: int, field: str = "clu
     _unknown(tree, QUEUE_TREE_FIELDS, field)
     departments = _positive_int(tree.get("departments", 10), f"{field}.departments")
     teams = _positive_int(tree.get("teams", 10), f"{field}.teams")
+    if departments * (teams + 1) > max_queues:
+        raise ScenarioError(f"{field}: {departments:,} departments of {teams:,} teams: {departments * (teams + 1):,} "
+                            f"queues, more than the scenario's limit of {max_queues:,} (limits.queues: raise it to "
+                            "simulate more)")
     gpus = tree.get("gpus", "auto")
     if gpus == "auto":
         gpus = cluster_gpus(objects)
@@ -819,12 +932,14 @@ def _mix(g: Mapping[str, Any], field: str, facts: ClusterFacts, classes: ClaimCl
     return kinds
 
 
-def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: ClusterFacts) -> list[Arrival]:
+def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: ClusterFacts,
+               sizes: _Sizes | None = None) -> list[Arrival]:
     """Seeded synthetic jobs: per stream, ``jobs`` arrivals (or enough to ask ``fill`` x the cluster's GPUs)
     ``every`` (exponential gaps with that mean; all at time 0 with ``at_start``), each of a kind of its ``mix``
     drawn by weight, sizes drawn from the lists or ranges given, queues from ``queues``, durations uniform in
     ``[min, max]`` (log-uniform when max > 10 x min)."""
     rng = random.Random(seed)
+    sizes = sizes if sizes is not None else _Sizes(ScenarioLimits())
     out: list[Arrival] = []
     for s, raw in enumerate(entries):
         field = f"workload.generate[{s}]"
@@ -847,6 +962,9 @@ def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: 
             jobs, target = MAX_FILL_JOBS, fill * facts.gpus
         elif isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
             raise ScenarioError(f"{field}.jobs: expected a non-negative integer, got {jobs!r}")
+        fewest = min(min(k.pods.values()) for k in kinds)  # pods per job
+        most = max(max(k.pods.values()) for k in kinds)
+        sizes.expect(field, jobs if target == math.inf else 0, fewest, most)
         at_start = g.get("at_start", False)
         if not isinstance(at_start, bool):
             raise ScenarioError(f"{field}.at_start: expected true or false, got {at_start!r}")
@@ -881,6 +999,7 @@ def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: 
                 spec["gpu_claim"] = {**kind.claim, "count": count}
             if kind.queues:
                 spec["queue"] = rng.choice(kind.queues)
+            sizes.add(field, spec["pods"])
             objs, queue, gpus = job_objects(spec, kind.field, classes=classes)
             asked += gpus
             out.append(Arrival(round(t, 3), f"{spec['namespace']}/{spec['name']}", queue, tuple(objs),
@@ -911,29 +1030,46 @@ def _trace(raw: Mapping[str, Any], base: Path) -> list[Arrival]:
 
 # ------------------------------------------------------------------------------------------- loading
 SCENARIO_FIELDS = ("name", "description", "period", "until", "seed", "config", "config_file", "cluster", "workload",
-                   "impossible_jobs")
+                   "impossible_jobs", "limits")
 CLUSTER_FIELDS = ("files", "objects", "pools", "queue_tree")
 WORKLOAD_FIELDS = ("arrivals", "generate", "trace")
 ARRIVAL_FIELDS = ("time", "duration", "job", "manifest", "file")
 
 
-def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, seed: int | None = None) -> Scenario:
+def _documents(paths: Sequence[Path], field: str, limits: InputLimits) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The documents of manifest files named by ``field``, read within the input limits."""
+    try:
+        return load_documents(paths, limits=limits)
+    except InputLimitError as exc:
+        raise ScenarioError(f"{field}: {exc}") from None
+
+
+def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, seed: int | None = None,
+                          limits: InputLimits | None = None) -> Scenario:
     """The scenario a file's content describes; raises :class:`ScenarioError` naming the field of the first
-    malformed value, or listing every unknown queue and impossible job (:mod:`kaisched.sim.validate`)."""
+    malformed value (a size over the scenario's ``limits``, a scheduler configuration KAI would refuse), or
+    listing every error of the cluster's objects, unknown queue and impossible job (:mod:`kaisched.sim.validate`).
+    ``limits``: how much of the files it names may be read (default :meth:`InputLimits.from_env`)."""
     extra = sorted(str(k) for k in doc if k not in SCENARIO_FIELDS)
     if extra:
         raise ScenarioError(f"{extra[0]}: unknown field (expected {', '.join(SCENARIO_FIELDS)})")
+    try:
+        input_limits = limits if limits is not None else InputLimits.from_env()
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    sizes = _Sizes(ScenarioLimits.of(doc.get("limits")))
     cluster = _mapping(doc.get("cluster"), "cluster")
     _unknown(cluster, CLUSTER_FIELDS, "cluster")
     objects: list[Obj] = []
     files = [base / str(f) for f in _list(cluster.get("files"), "cluster.files")]
     if files:
-        docs, errors = load_documents(files)
+        docs, errors = _documents(files, "cluster.files", input_limits)
         if errors:
             raise ScenarioError("cluster.files: " + "; ".join(str(e) for e in errors))
         objects.extend(dict(d) for d in docs)
     objects.extend(dict(_mapping(o, "cluster.objects[]")) for o in _list(cluster.get("objects"), "cluster.objects"))
     dra_classes: dict[str, tuple[str, str]] = {}  # DeviceClass of the pools' DRA GPUs -> (driver, its pool's field)
+    _pool_sizes(_list(cluster.get("pools"), "cluster.pools"), sizes.limits)
     for i, pool in enumerate(_list(cluster.get("pools"), "cluster.pools")):
         field = f"cluster.pools[{i}]"
         nodes = pool_nodes(_mapping(pool, field), field)
@@ -954,22 +1090,31 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
     if isinstance(run_seed, bool) or not isinstance(run_seed, int):
         raise ScenarioError(f"seed: expected an integer, got {run_seed!r}")
     if cluster.get("queue_tree") is not None:
-        objects.extend(queue_tree(cluster["queue_tree"], objects, run_seed))
+        objects.extend(queue_tree(cluster["queue_tree"], objects, run_seed, max_queues=sizes.limits.queues))
     classes = claim_classes(objects)
     config: Obj | None = dict(_mapping(doc.get("config"), "config")) or None
+    config_field = "config"
     if doc.get("config_file"):
+        config_field = "config_file"
         try:
-            loaded = yaml.safe_load((base / str(doc["config_file"])).read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ScenarioError(f"config_file: {exc}") from None
+            loaded = yaml.safe_load(read_text(base / str(doc["config_file"]), input_limits))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, InputLimitError) as exc:
+            raise ScenarioError(f"config_file: {_read_problem(exc)}") from None
         config = dict(_mapping(loaded, "config_file"))
+    try:
+        resolve_config(config)
+    except ConfigError as exc:
+        raise ScenarioError(f"{config_field}: {exc}") from None
     workload = _mapping(doc.get("workload"), "workload")
     _unknown(workload, WORKLOAD_FIELDS, "workload")
     facts = ClusterFacts.of(objects)
-    arrivals = _arrivals(_list(workload.get("arrivals"), "workload.arrivals"), base, classes)
-    arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes, facts)
+    arrivals = _arrivals(_list(workload.get("arrivals"), "workload.arrivals"), base, classes, sizes, input_limits)
+    arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes, facts, sizes)
     if workload.get("trace") is not None:
-        arrivals += _trace(_mapping(workload.get("trace"), "workload.trace"), base)
+        traced = _trace(_mapping(workload.get("trace"), "workload.trace"), base)
+        for a in traced:
+            sizes.add("workload.trace", sum(1 for o in a.objects if o.get("kind") == "Pod"))
+        arrivals += traced
     until = doc.get("until")
     period = _seconds(doc.get("period", 10), "period")
     if period <= 0 or period == math.inf:
@@ -998,21 +1143,46 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
     return scenario
 
 
-def load_scenario(path: str | Path, *, seed: int | None = None) -> Scenario:
+def _read_problem(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return str(exc.strerror or exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return "not a text file (UTF-8)"
+    if isinstance(exc, yaml.YAMLError):
+        return f"invalid YAML: {exc}"
+    return str(exc)
+
+
+def load_scenario(path: str | Path, *, seed: int | None = None, limits: InputLimits | None = None) -> Scenario:
+    """The scenario of a file (read within ``limits``, default :meth:`InputLimits.from_env`, as the files it
+    names are); raises :class:`ScenarioError`."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        limits = limits if limits is not None else InputLimits.from_env()
+        text = read_text(p, limits, source=str(path))
         doc = yaml.safe_load(text)
-    except OSError as exc:
-        raise ScenarioError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not a text file (UTF-8)") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: invalid YAML: {exc}") from None
+    except InputLimitError as exc:
+        raise ScenarioError(str(exc)) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError) as exc:
+        raise ScenarioError(f"{path}: {_read_problem(exc)}") from None
+    if doc is None:
+        raise ScenarioError(f"{path}: an empty file; a scenario is a mapping with cluster, workload, ...")
     if not isinstance(doc, Mapping):
         raise ScenarioError(f"{path}: expected a scenario (a mapping with cluster, workload, ...), got "
-                            f"{type(doc).__name__}")
-    scenario = scenario_from_mapping(doc, p.parent, seed=seed)
+                            f"{_type_name(doc)}")
+    scenario = scenario_from_mapping(doc, p.parent, seed=seed, limits=limits)
     scenario.path = str(path)
     scenario.text = text
     return scenario
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__

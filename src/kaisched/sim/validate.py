@@ -9,8 +9,11 @@ and jobs that could never run on the cluster however empty it was.
   node: how many pods of that shape each node holds). Node selectors, affinities and taints are not looked at:
   a job these checks pass may still never start, but a job they refuse never could.
 
+* **The cluster's objects** (:func:`cluster_problems`): their input errors, as ``kaisched schedule`` reports them
+  (``kaisched simulate`` lists them before any run; :func:`kaisched.simulate` raises ``SimulationError``).
+
 :func:`check_scenario` returns the problems (field path, what is wrong, the value), all of them, in the order of
-the scenario's arrivals; :func:`~kaisched.sim.scenario.scenario_from_mapping` raises them together.
+the scenario's arrivals; :func:`~kaisched.sim.scenario.scenario_from_mapping` raises those of the jobs together.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kaisched.k8s import constants as C
+from kaisched.k8s.parse import parse_objects
 from kaisched.k8s.quantity import QuantityError, parse_quantity
 from kaisched.model.dra import is_gpu_driver
 from kaisched.sim.model import Arrival, Obj, Scenario
@@ -345,14 +349,22 @@ def impossible_problems(scenario: Scenario, found: Sequence[tuple[int, str]]) ->
     return problems
 
 
+def cluster_problems(scenario: Scenario) -> list[Problem]:
+    """The input errors of the cluster's objects (what :func:`kaisched.simulate` would stop at), each named as
+    ``kaisched schedule`` names it: ``cluster: Queue team-a: spec.resources.gpu.quota: must be >= 0 ...``."""
+    return [Problem("cluster", str(e)) for e in parse_objects(scenario.cluster).errors]
+
+
 def check_scenario(scenario: Scenario) -> list[Problem]:
-    """Every problem of the scenario's jobs (unknown queues, impossible jobs); [] when it can be simulated."""
-    return [*queue_problems(scenario), *impossible_problems(scenario, impossible_jobs(scenario))]
+    """Every problem of the scenario (errors of the cluster's objects, unknown queues, impossible jobs); [] when it
+    can be simulated."""
+    return [*cluster_problems(scenario), *queue_problems(scenario),
+            *impossible_problems(scenario, impossible_jobs(scenario))]
 
 
 def problems_text(problems: Sequence[Problem]) -> str:
     return "\n".join(str(p) for p in problems)
 
 
-__all__ = ["Nodes", "Problem", "Shape", "check_scenario", "format_bytes", "impossible", "impossible_jobs",
-           "impossible_problems", "pod_shape", "queue_facts", "queue_problems"]
+__all__ = ["Nodes", "Problem", "Shape", "check_scenario", "cluster_problems", "format_bytes", "impossible",
+           "impossible_jobs", "impossible_problems", "pod_shape", "queue_facts", "queue_problems"]
