@@ -17,6 +17,16 @@ from __future__ import annotations
 
 EXPECTED_FAILURES: dict[str, str] = {}
 
+# Scenarios where kaisched decides otherwise on purpose (docs/compatibility.md), with what does hold.
+DELIBERATE_DIFFERENCES: dict[str, str] = {
+    "integration_consolidation_and_reclaim#0": (
+        "kaisched takes no pod placed in this cycle as a victim in the same cycle (one eviction per pod per cycle, "
+        "docs/compatibility.md): KAI's round 1 reclaims the pod consolidation had just pipelined for pending_job0; "
+        "kaisched reaches KAI's expected state after 4 rounds instead of 2 and holds it "
+        "(tests/property/test_convergence.py::test_kai_consolidation_and_reclaim_0_reaches_kais_state_two_rounds_later)"
+    ),
+}
+
 # Scenarios whose input state has no Kubernetes form, so no scheduler that reads the API can reproduce
 # them; kept as strict expected failures with what does hold.
 INEXPRESSIBLE: dict[str, str] = {

@@ -22,7 +22,8 @@ Known problems are kept visible as in test_eviction_invariants.py: the invariant
 marked ``xfail(strict=True)`` with the minimal example that breaks it as an explicit ``@example``, and a
 companion test checks it on everything the problem does not touch:
 
-* a pod pipelined and then evicted in the same cycle shows as holding its pipelined device (REVICTIMIZED).
+* a pod pipelined and then evicted in the same cycle showed as holding its pipelined device (fixed in issue 23:
+  a pod placed in the cycle is no victim in it; PIPELINED_POD_EVICTED_HOLDS_DEVICE).
 
 Two problems this file found are fixed and their minimal examples kept as explicit examples: a running
 share without a group label had its device shared with pending shares (UNLABELED_DEVICE_SHARED), and a pod
@@ -39,7 +40,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -368,11 +368,6 @@ class Outcome:
         staying = [h for h in self.running() if h.how == "running"]
         return [*staying, *self.placed(self.result.binds, "bound"), *self.placed(self.result.pipelined, "pipelined")]
 
-    def revictimized(self) -> set[str]:
-        """Evicted pods that were not running at the start (placed earlier in the cycle), or evicted twice
-        (moved, then evicted again): the eviction invariants' known KAI-faithful behaviour."""
-        return {k for k, n in self.evicted.items() if self.pods[k][1].node is None or n > 1}
-
     def context(self) -> str:
         r = self.result
         return (f"\nconfig={self.config}\n{self.cluster.describe()}\n"
@@ -406,7 +401,8 @@ UNLABELED_DEVICE_SHARED = _cluster(1, [
 ])
 
 # Allocate pipelines a-0 into group G (s-0 runs there, r-0 is terminating); preempt (b, priority 75) then
-# evicts s-0 and the just-pipelined a-0, which turns Releasing on G: result.nodes lists a-0, which was
+# evicted s-0 and the just-pipelined a-0 (until issue 23: a job placed in the cycle is no victim in it), which
+# turned Releasing on G: result.nodes lists a-0, which was
 # pending and is placed nowhere, on G, and G uses 15000 of 10000 MiB with no pipelined pod on it.
 PIPELINED_POD_EVICTED_HOLDS_DEVICE = _cluster(1, [
     ("r", "train", PodSpec("r-0", fraction="0.5", node="n0", groups=("G",), deleting=True)),
@@ -426,12 +422,6 @@ MOVED_TWICE_GHOST_LOST = _cluster(3, [
     ("d", "train", PodSpec("d-0", whole=1)),
 ])
 
-REVICTIMIZED = ("KAI-faithful revictimization (see test_eviction_invariants.py): a pod pipelined earlier in the "
-                "cycle and then evicted turns Releasing where it was pipelined, so result.nodes shows it holding "
-                "a device it never ran on (negative idle GPUs, a device over its memory); see "
-                "PIPELINED_POD_EVICTED_HOLDS_DEVICE")
-
-
 # --------------------------------------------------------------------------------------- checks
 def check_whole_and_groups_fit(o: Outcome) -> None:
     """Invariant 3 on one outcome: per node, whole GPUs held + distinct GPU groups held <= the node's GPUs."""
@@ -448,14 +438,11 @@ def check_whole_and_groups_fit(o: Outcome) -> None:
                 f"{len(devices[n.name])} shared devices {sorted(devices[n.name])}" + o.context())
 
 
-def check_node_status(o: Outcome, *, strict: bool) -> None:
+def check_node_status(o: Outcome) -> None:
     """``result.nodes`` against the placements: each node lists exactly the whole-GPU pods and, on each
     named shared device, the pods that hold it or are placed on it; idle GPUs are what the running pods
     and binds leave (never negative), idle + releasing GPUs what the settled state leaves; a device's memory
-    is within its size once its releasing pods are gone, and at all when no pipelined pod waits on it.
-
-    Not ``strict``: nodes and devices that list a revictimized pod are left out (REVICTIMIZED)."""
-    skip = set() if strict else o.revictimized()
+    is within its size once its releasing pods are gone, and at all when no pipelined pod waits on it."""
     by_name = {n.name: n for n in o.result.nodes}
     unlabeled = {h.pod for h in o.running() if h.devices and not o.pods[h.pod][1].groups}
     whole_allowed: dict[str, set[str]] = defaultdict(set)  # node -> whole-GPU pods
@@ -484,23 +471,19 @@ def check_node_status(o: Outcome, *, strict: bool) -> None:
         status = by_name.get(n.name)
         assert status is not None, f"no GPU status for {n.name}" + o.context()
         assert status.gpus == n.gpus, status
-        listed = set(status.whole_gpu_pods) | {p for s in status.shared for p in s.pods}
-        if not listed & skip:
-            whole = set(status.whole_gpu_pods)
-            assert whole_required[n.name] <= whole <= whole_allowed[n.name], (
-                f"{n.name}: whole-GPU pods {status.whole_gpu_pods}, expected {sorted(whole_allowed[n.name])}"
-                + o.context())
-            held, settled = n.gpus - gpus_used["held"][n.name], n.gpus - gpus_used["settled"][n.name]
-            assert status.idle == held, f"{n.name}: {status.idle:g} idle GPUs, expected {held}" + o.context()
-            assert status.idle + status.releasing == settled, (
-                f"{n.name}: idle {status.idle:g} + releasing {status.releasing:g} GPUs, expected {settled}"
-                + o.context())
-            assert status.idle >= -EPS, f"{n.name}: {status.idle:g} idle GPUs" + o.context()
-            assert status.idle + status.releasing >= -EPS, (
-                f"{n.name}: idle {status.idle:g} + releasing {status.releasing:g} GPUs" + o.context())
+        whole = set(status.whole_gpu_pods)
+        assert whole_required[n.name] <= whole <= whole_allowed[n.name], (
+            f"{n.name}: whole-GPU pods {status.whole_gpu_pods}, expected {sorted(whole_allowed[n.name])}"
+            + o.context())
+        held, settled = n.gpus - gpus_used["held"][n.name], n.gpus - gpus_used["settled"][n.name]
+        assert status.idle == held, f"{n.name}: {status.idle:g} idle GPUs, expected {held}" + o.context()
+        assert status.idle + status.releasing == settled, (
+            f"{n.name}: idle {status.idle:g} + releasing {status.releasing:g} GPUs, expected {settled}"
+            + o.context())
+        assert status.idle >= -EPS, f"{n.name}: {status.idle:g} idle GPUs" + o.context()
+        assert status.idle + status.releasing >= -EPS, (
+            f"{n.name}: idle {status.idle:g} + releasing {status.releasing:g} GPUs" + o.context())
         for s in status.shared:
-            if set(s.pods) & skip:
-                continue
             where = f"{n.name}/{s.group} ({s.used_mib:g} MiB used, {s.releasing_mib:g} releasing, pods {s.pods})"
             assert s.memory_mib == n.mem, f"{where}: {s.memory_mib:g} MiB, expected {n.mem:g}"
             assert s.used_mib - s.releasing_mib <= s.memory_mib + MIB_EPS, f"{where}: over {n.mem:g} MiB" + o.context()
@@ -514,7 +497,7 @@ def check_node_status(o: Outcome, *, strict: bool) -> None:
             assert not missing, f"{where}: misses {sorted(missing)}" + o.context()
         named = {s.group for s in status.shared}
         for (node_name, d), pods in required.items():
-            if node_name == n.name and not d.startswith("<own:") and not pods & skip:
+            if node_name == n.name and not d.startswith("<own:"):
                 assert d in named, f"{n.name}: device {d} of {sorted(pods)} not listed" + o.context()
 
 
@@ -536,24 +519,15 @@ def test_no_device_is_over_committed(cluster: Cluster) -> None:
                     o.context()
 
 
-@pytest.mark.xfail(strict=True, reason=REVICTIMIZED)
 @SETTINGS
 @example(cluster=PIPELINED_POD_EVICTED_HOLDS_DEVICE)
+@example(cluster=MOVED_TWICE_GHOST_LOST)
+@example(cluster=UNLABELED_DEVICE_SHARED)
 @given(sharing_clusters())
 def test_node_gpu_status_matches_the_placements(cluster: Cluster) -> None:
     """Invariant 1 cross-checked with ``result.nodes`` (see check_node_status)."""
     for o in outcomes(cluster):
-        check_node_status(o, strict=True)
-
-
-@SETTINGS
-@example(cluster=MOVED_TWICE_GHOST_LOST)
-@example(cluster=UNLABELED_DEVICE_SHARED)
-@given(sharing_clusters())
-def test_node_gpu_status_matches_the_placements_unless_revictimized(cluster: Cluster) -> None:
-    """The same where no device lists a revictimized pod (REVICTIMIZED)."""
-    for o in outcomes(cluster):
-        check_node_status(o, strict=False)
+        check_node_status(o)
 
 
 @SETTINGS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kaisched.cluster.schedule import resolve_config
-from kaisched.framework.config import SchedulerConfig, SchedulerParams
+from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
@@ -471,3 +471,97 @@ def test_humanize_like_kai() -> None:
     assert humanize(0, 1) == "0"
     assert humanize(100, 1) == "100"
     assert resources_text([0.5, 250, 2e9]) == "GPU: 0.5, CPU: 0.25 (cores), memory: 2 (GB)"
+
+
+# ------------------------------------------------------------------------------------------ loop guard
+def _head_job_cluster(*, gang: bool) -> Session:
+    """One GPU, held by q0's job a (q0: deserved 0, priority 100); q1 (deserved 2, priority 50) wants 1 GPU for
+    its job small, behind a gang of three 1-GPU pods that never fits (``gang``) or alone."""
+    objs: list[object] = [node("n1", 1), queue("q0", gpu=0, priority=100), queue("q1", gpu=2, priority=50),
+                          running_job("a", "q0", 1)]
+    if gang:
+        objs.append(pod_group("gang", queue="q1", min_member=3, created="2025-01-01T10:00:00Z"))
+        objs += [pod(f"gang-{i}", group="gang", gpus=1, cpu=0, memory=0) for i in range(3)]
+    objs.append(pod_group("small", queue="q1", min_member=1, created="2025-01-01T11:00:00Z"))
+    objs.append(pod("small-0", group="small", gpus=1, cpu=0, memory=0))
+    return open_session(*objs)
+
+
+def test_loop_guard_refuses_a_reclaim_the_next_allocate_would_hand_back() -> None:
+    """q1's head job is the gang: with it q1 is not starved (3 > 2), so allocate orders q0 (priority 100)
+    first and would bind a again on the freed GPU."""
+    ssn = _head_job_cluster(gang=True)
+    r = rules(ssn)
+    sc = scenario(ssn, "small", "a-0")
+    assert r.can_reclaim(the_job(ssn, "small")) is True
+    assert r.allocate_would_undo(sc, proportion(ssn).queues["q1"], [1.0, 0.0, 0.0], r._allocated or {}) is True
+    assert validate(ssn, sc) is False
+
+
+def test_loop_guard_lets_a_starved_queue_reclaim() -> None:
+    """Without the gang, small heads q1, which is starved with it (1 <= 2): q1 goes first, the reclaim holds."""
+    ssn = _head_job_cluster(gang=False)
+    assert validate(ssn, scenario(ssn, "small", "a-0")) is True
+
+
+def test_loop_guard_does_not_count_moved_victims() -> None:
+    """A victim moved to another node frees nothing for the next allocate: no loop to guard against."""
+    ssn = open_session(
+        node("n1", 2), node("n2", 2), queue("q0", gpu=0, priority=100), queue("q1", gpu=2, priority=50),
+        running_job("a", "q0", 1, node_name="n1"),
+        pod_group("gang", queue="q1", min_member=3, created="2025-01-01T10:00:00Z"),
+        *[pod(f"gang-{i}", group="gang", gpus=2, cpu=0, memory=0) for i in range(3)],
+        pod_group("small", queue="q1", min_member=1, created="2025-01-01T11:00:00Z"),
+        pod("small-0", group="small", gpus=1, cpu=0, memory=0),
+    )
+    r = rules(ssn)
+    sc = scenario(ssn, "small", "a-0", moved={"a-0": "n2"})
+    assert r.allocate_would_undo(sc, proportion(ssn).queues["q1"], [1.0, 0.0, 0.0], r._allocated or {}) is False
+    sc = scenario(ssn, "small", "a-0")
+    assert r.allocate_would_undo(sc, proportion(ssn).queues["q1"], [1.0, 0.0, 0.0], r._allocated or {}) is True
+
+
+# ------------------------------------------------------------------------------------- storm guard
+@pytest.mark.parametrize("value, expected", [(2, 2.0), ("1.5", 1.5), (0, 0.0), ("0", 0.0)])
+def test_storm_guard_ratio_is_read_from_params(value: object, expected: float) -> None:
+    assert SchedulerParams.from_mapping({"max-evicted-gpus-ratio": value}).max_evicted_gpus_ratio == expected
+    assert SchedulerParams().max_evicted_gpus_ratio == 0.0  # off by default
+
+
+@pytest.mark.parametrize("value", [-1, "-0.5", "lots", True, "inf", None, [2]])
+def test_storm_guard_ratio_must_be_a_number_not_below_zero(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"params\.max-evicted-gpus-ratio: expected a number >= 0"):
+        SchedulerConfig.from_mapping({"params": {"max-evicted-gpus-ratio": value}})
+
+
+def _storm_objects() -> list[Obj]:
+    """q0 (deserved 0) runs a 4-GPU gang of two 2-GPU pods on the only node; q1 (deserved 4) wants 1 GPU: the
+    only way is to evict the whole gang, 4 GPUs for 1."""
+    return [node("n1", 4), queue("q0", gpu=0), queue("q1", gpu=4),
+            *running_job("g", "q0", 2, 2), *pending_job("p", "q1", 1)]
+
+
+def test_storm_guard_refuses_a_scenario_evicting_too_many_gpus_per_gpu_gained() -> None:
+    from kaisched import schedule
+    from tests.unit.builders import NOW
+
+    unguarded = schedule(_storm_objects(), now=NOW)
+    assert sorted(e.pod for e in unguarded.evictions) == ["default/g-0", "default/g-1"]
+    guarded = schedule(_storm_objects(), config={"params": {"max-evicted-gpus-ratio": 3}}, now=NOW)
+    assert guarded.evictions == [] and guarded.pipelined == []
+    enough = schedule(_storm_objects(), config={"params": {"max-evicted-gpus-ratio": 4}}, now=NOW)
+    assert enough.to_dict()["evictions"] == unguarded.to_dict()["evictions"]
+
+
+def test_storm_guard_counts_only_evicted_gpus() -> None:
+    from kaisched.actions.evicting import within_eviction_ratio
+
+    ssn = open_session(node("n1", 4), node("n2", 4), queue("q0", gpu=0), queue("q1", gpu=4),
+                       *running_job("g", "q0", 2, 2), *pending_job("p", "q1", 1))
+    sc = scenario(ssn, "p", "g-0", "g-1")
+    assert within_eviction_ratio(sc, 3.9) is False  # 4 GPUs evicted for 1
+    assert within_eviction_ratio(sc, 4.0) is True
+    ssn = open_session(node("n1", 4), node("n2", 4), queue("q0", gpu=0), queue("q1", gpu=4),
+                       *running_job("g", "q0", 2, 2), *pending_job("p", "q1", 1))
+    sc = scenario(ssn, "p", "g-0", "g-1", moved={"g-0": "n2", "g-1": "n2"})
+    assert within_eviction_ratio(sc, 0.5) is True  # moved pods keep their GPUs

@@ -289,7 +289,13 @@ class EvictingAction(Action):
         Remembered per shape of the tasks (everything a task's fit depends on, ``placement.failure_key``)
         until a statement commits. The job-level capacity check comes first, uncached: it reads the job's
         queue and preemptibility, which the shapes leave out. Jobs with a topology constraint are always
-        tried."""
+        tried.
+
+        Never while some node is over-committed (its pods hold more than it has, in a resource row or on a shared
+        GPU: an input where running pods exceed a node's capacity): KAI has no such shortcut, its solver evicts
+        victims and puts back those that fit again, which for a job that fits anyway leaves nothing evicted only
+        where every victim fits back; a victim evicted from an over-committed node does not, and stays evicted. The
+        solver then decides, as KAI's does (spec 4.9 steps 5-7)."""
         tasks = ssn.tasks_to_allocate(job)
         check = ssn.job_capacity_check
         if tasks and check is not None and check(job, tasks) is not None:
@@ -304,6 +310,19 @@ class EvictingAction(Action):
         stmt = Statement(ssn)
         fits = allocate_job(ssn, job, stmt, pipeline_only=True, explain=False, tasks=tasks)
         stmt.discard()
+        if fits:
+            # over-committed nodes (asked once until the next commit, and only of a fit): in a resource row, or on a
+            # shared GPU, where a victim evicted would not fit back
+            over_key: tuple[object, ...] = ("over-committed",)  # (no shape's key: those are tuples of tuples)
+            over = fits_of.get(over_key)
+            if over is None:
+                nodes = ssn.nodes
+                shared = nodes.shared
+                over = bool(((nodes.idle + nodes.releasing) < -1e-6).any()) or any(
+                    g.free_pipe(mem) < -1e-6 for mem, groups in zip(shared.mem.tolist(), shared.groups, strict=True)
+                    for g in groups.values())
+                fits_of[over_key] = over
+            fits = not over
         if key is not None:
             fits_of[key] = fits
         return fits
@@ -336,7 +355,7 @@ class ReclaimAction(EvictingAction):
         ]
 
     def validators(self, ssn: Session) -> list[Validator]:
-        return list(ssn.reclaim_scenario_validators)
+        return [*ssn.reclaim_scenario_validators, *storm_guard(ssn)]
 
     def message(self, ssn: Session) -> MessageFn:
         proportion = next((p for p in ssn.plugins if p.name == "proportion"), None)
@@ -374,7 +393,7 @@ class PreemptAction(EvictingAction):
         return lowest is not None and lowest < job.priority
 
     def validators(self, ssn: Session) -> list[Validator]:
-        return list(ssn.preempt_scenario_validators)
+        return [*ssn.preempt_scenario_validators, *storm_guard(ssn)]
 
     def message(self, ssn: Session) -> MessageFn:
         return preempt_message
@@ -415,6 +434,23 @@ class ConsolidationAction(EvictingAction):
 
     def max_victim_jobs(self, ssn: Session) -> int:
         return ssn.params.max_consolidation_preemptees
+
+
+def storm_guard(ssn: Session) -> list[Validator]:
+    """The eviction storm guard (``params.max-evicted-gpus-ratio``; none when 0, the default): a scenario may
+    evict at most ``ratio`` GPUs for each GPU its preemptor gains."""
+    ratio = ssn.params.max_evicted_gpus_ratio
+    return [] if ratio <= 0 else [lambda scenario: within_eviction_ratio(scenario, ratio)]
+
+
+def within_eviction_ratio(scenario: Scenario, ratio: float) -> bool:
+    """The GPUs the scenario really evicts (moved victims keep theirs) are at most ``ratio`` times the GPUs
+    its preemptor's placed tasks gain (queue accounting: whole devices, fractions, DRA GPUs)."""
+    evicted = sum(t.quota_gpus for t in scenario.victim_tasks if t.status is TaskStatus.RELEASING)
+    if evicted <= 0:
+        return True
+    gained = sum(t.quota_gpus for t in scenario.preemptor_tasks)
+    return evicted <= ratio * gained + 1e-9
 
 
 def all_victims_moved(scenario: Scenario) -> bool:

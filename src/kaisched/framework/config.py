@@ -97,6 +97,19 @@ def _parse_int(value: object, name: str) -> int:
         raise ConfigError(f"params.{name}: expected an integer, got {value!r}") from None
 
 
+def _parse_ratio(value: object, name: str) -> float:
+    """A non-negative finite number (0: off), as a number or a string."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"params.{name}: expected a number >= 0 (0 turns it off), got {value!r}")
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise ConfigError(f"params.{name}: expected a number >= 0 (0 turns it off), got {value!r}") from None
+    if not ratio >= 0 or ratio == float("inf"):
+        raise ConfigError(f"params.{name}: expected a number >= 0 (0 turns it off), got {value!r}")
+    return ratio
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerParams:
     """KAI scheduler flags (cmd/scheduler/app/options) with KAI's defaults."""
@@ -113,6 +126,9 @@ class SchedulerParams:
     # the pod-grouper's optional per-kind defaults (a ConfigMap whose "types" key lists them, spec 10.3)
     default_priorities_configmap_name: str = ""
     default_priorities_configmap_namespace: str = ""
+    # kaisched's eviction storm guard (docs/evictions.md): a reclaim or preempt scenario may evict at most this
+    # many GPUs per GPU its preemptor gains; 0 turns it off
+    max_evicted_gpus_ratio: float = 0.0
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> SchedulerParams:
@@ -126,6 +142,7 @@ class SchedulerParams:
             "detailed-fit-errors": ("detailed_fit_errors", _parse_bool),
             "update-pod-eviction-condition": ("update_pod_eviction_condition", _parse_bool),
             "restrict-node-scheduling": ("restrict_node_scheduling", _parse_bool),
+            "max-evicted-gpus-ratio": ("max_evicted_gpus_ratio", _parse_ratio),
         }
         updates: dict[str, Any] = {}
         strings = {"scheduler-name": "scheduler_name",

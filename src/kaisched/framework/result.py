@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,3 +229,37 @@ class CycleResult:
 
     def pod_group(self, name: str) -> PodGroupStatus | None:
         return next((g for g in self.pod_groups if g.name == name), None)
+
+    def decision_errors(self, active_at_start: Collection[str] | None = None) -> list[str]:
+        """What is wrong with the cycle's account of its decisions (empty: nothing), as sentences naming the
+        pod: a pod evicted more than once, placed (bound or pipelined) more than once, or bound and evicted.
+        With ``active_at_start`` (the keys of the pods that held resources when the cycle started and were not
+        terminating) also an evicted pod that was not active then: the cycle placed it and took it as a victim
+        again (only a moved victim is both evicted and pipelined, and it was active). For tests and
+        diagnostics: linear in the decisions."""
+        errors: list[str] = []
+        evicted: dict[str, list[Eviction]] = {}
+        for e in self.evictions:
+            evicted.setdefault(e.pod, []).append(e)
+        for pod, evictions in evicted.items():
+            if len(evictions) > 1:
+                by = ", ".join(f"{e.action} for {e.preemptor or 'nobody'}" for e in evictions)
+                errors.append(f"{pod} evicted {len(evictions)} times: {by}")
+        placed: dict[str, list[str]] = {}
+        for kind, placements in (("bound", self.binds), ("pipelined", self.pipelined)):
+            for p in placements:
+                placed.setdefault(p.pod, []).append(f"{kind} on {p.node}")
+        for pod, where in placed.items():
+            if len(where) > 1:
+                errors.append(f"{pod} placed {len(where)} times: {', '.join(where)}")
+        bound = {b.pod for b in self.binds}
+        for pod in bound & evicted.keys():
+            errors.append(f"{pod} bound and evicted ({evicted[pod][0].action} for {evicted[pod][0].preemptor})")
+        if active_at_start is not None:
+            active = set(active_at_start)
+            for pod, evictions in evicted.items():
+                if pod not in active:
+                    e = evictions[0]
+                    errors.append(f"{pod} evicted by {e.action} for {e.preemptor or 'nobody'} although it was not "
+                                  "running when the cycle started")
+        return errors

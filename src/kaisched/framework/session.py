@@ -121,6 +121,10 @@ class Session:
         self.binds: list[TaskInfo] = []
         self.pipelined: list[TaskInfo] = []
         self.evictions: list[Eviction] = []
+        # uids of the pods evicted / placed (bound, pipelined) by committed decisions: the cycle checks that a
+        # pod is evicted at most once and never after it was placed (``record_*``)
+        self._evicted_uids: set[str] = set()
+        self._placed_uids: set[str] = set()
         self.started_jobs: set[str] = set()
         # uids of virtually evicted tasks that a victim simulation may place again (spec 4.4)
         self.revivable: set[str] = set()
@@ -316,13 +320,28 @@ class Session:
             fn(task)
 
     # ---- decisions ------------------------------------------------------------------------------------
+    # Each decision is checked against the earlier ones (set look-ups: a cycle's own guard, as the property
+    # tests check its result with CycleResult.decision_errors): a pod is placed at most once, evicted at most
+    # once, never evicted once placed, and placed after its eviction only when it was active (a moved victim).
     def record_bind(self, task: TaskInfo) -> None:
+        assert task.uid not in self._evicted_uids, f"{task.key} bound after its eviction in the same cycle"
+        assert task.uid not in self._placed_uids, f"{task.key} placed twice in one cycle"
+        self._placed_uids.add(task.uid)
         self.binds.append(task)
 
     def record_pipeline(self, task: TaskInfo) -> None:
+        assert task.uid not in self._placed_uids, f"{task.key} placed twice in one cycle"
+        assert task.uid not in self._evicted_uids or task.initial_status in ACTIVE_ALLOCATED, (
+            f"{task.key} pipelined after its eviction, although it was not running")
+        self._placed_uids.add(task.uid)
         self.pipelined.append(task)
 
     def record_eviction(self, task: TaskInfo, action: str, preemptor: str, message: str) -> None:
+        assert task.uid not in self._evicted_uids, f"{task.key} evicted twice in one cycle (now by {action} for " \
+            f"{preemptor or 'nobody'})"
+        assert task.uid not in self._placed_uids, f"{task.key} evicted by {action} for {preemptor or 'nobody'} " \
+            "after this cycle placed it"
+        self._evicted_uids.add(task.uid)
         self.evictions.append(Eviction(task.key, action, preemptor, message))
 
     def record_job_started(self, job: PodGroupInfo) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from kaisched.model.status import TaskStatus
+from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ class OpKind(enum.Enum):
     EVICT = "evict"
     UNEVICT = "unevict"  # a virtually evicted task put back on its own node
     MOVE = "move"  # a virtually evicted task pipelined onto another node (its old place keeps releasing)
+    UNMOVE = "unmove"  # a moved task evicted again: the move is undone, the task releases its old place
 
 
 @dataclass(slots=True, init=False)
@@ -90,10 +91,23 @@ class Statement:
                     TaskStatus.PIPELINED)
 
     def _evicted_here(self, task: TaskInfo) -> Operation | None:
-        """The live eviction of ``task`` in this statement, if any."""
+        """The live eviction of ``task`` in this statement, if any (a move undone by an ``UNMOVE`` leaves the
+        eviction before it live)."""
+        undone_moves = 0
         for op in reversed(self._ops):
             if op.task is task:
-                return op if op.kind is OpKind.EVICT else None
+                if op.kind is OpKind.UNMOVE:
+                    undone_moves += 1
+                elif op.kind is OpKind.MOVE and undone_moves:
+                    undone_moves -= 1
+                else:
+                    return op if op.kind is OpKind.EVICT else None
+        return None
+
+    def _last_op(self, task: TaskInfo) -> Operation | None:
+        for op in reversed(self._ops):
+            if op.task is task:
+                return op
         return None
 
     def _unevict(self, task: TaskInfo) -> None:
@@ -114,7 +128,24 @@ class Statement:
         ssn.nodes.add_task(ghost, old)  # the pod still holds its old place until it is deleted
 
     def evict(self, task: TaskInfo, *, action: str, preemptor: str, message: str) -> None:
+        """Virtually evict ``task``. A task this statement moved (evicted, then pipelined elsewhere) is not
+        evicted a second time where it was pipelined: the move is undone and the task releases its old place,
+        under its first eviction (one eviction per pod)."""
+        if task.status is TaskStatus.PIPELINED:
+            last = self._last_op(task)
+            if last is not None and last.kind is OpKind.MOVE:
+                self._unmove(task, last)
+                return
         op = Operation(OpKind.EVICT, task, task.node, task.status, task.node, action, preemptor, message)
+        self._apply(op, TaskStatus.RELEASING)
+
+    def _unmove(self, task: TaskInfo, move: Operation) -> None:
+        ssn = self.ssn
+        ghost = move.ghost
+        assert ghost is not None
+        ssn.nodes.remove_task(ghost, move.prev_node)  # the task itself releases its old place again
+        op = Operation(OpKind.UNMOVE, task, move.prev_node, task.status, task.node, ghost=ghost,
+                       groups=move.prev_groups, claims=move.prev_claims)
         self._apply(op, TaskStatus.RELEASING)
 
     def _apply(self, op: Operation, new_status: TaskStatus) -> None:
@@ -141,7 +172,7 @@ class Statement:
     def _undo(self, op: Operation) -> None:
         ssn = self.ssn
         task = op.task
-        if op.ghost is not None:
+        if op.ghost is not None and op.kind is OpKind.MOVE:
             ssn.nodes.remove_task(op.ghost, op.prev_node)
         if task.node >= 0:
             ssn.nodes.remove_task(task, task.node)
@@ -153,6 +184,8 @@ class Statement:
         if task.node >= 0 and task.is_active_used:
             ssn.nodes.add_task(task, task.node)
         ssn.fire_allocate(task)
+        if op.ghost is not None and op.kind is OpKind.UNMOVE:
+            ssn.nodes.add_task(op.ghost, op.node)  # the move is live again: its releasing copy is back
         if task.job is not None:
             task.job.version += 1
 
@@ -195,34 +228,52 @@ class Statement:
                 op.kind = OpKind.PIPELINE
 
     def commit(self) -> None:
-        """Make the operations decisions of this cycle, in log order."""
+        """Make the operations decisions of this cycle, in log order, each pod's once, by where it ends:
+
+        * evicted (the first eviction of a pod that was active when the statement started, recorded where it
+          is in the log) when it ends evicted or moved; an eviction that a later put-back cancels is none;
+        * bound or pipelined when that is its last operation (a moved pod is evicted and pipelined).
+
+        Every pod placed (bound, pipelined, moved) is marked ``placed_in_cycle``: no later decision of the
+        cycle takes it as a victim (``TaskInfo.is_settled_active``)."""
         ssn = self.ssn
-        if self._ops:
+        ops = self._ops
+        if ops:
             ssn.commits += 1
-        # an eviction that a later put-back in this statement cancels is no eviction
-        live_evict: dict[str, int] = {}
-        cancelled: set[int] = set()
-        for i, op in enumerate(self._ops):
-            if op.kind is OpKind.EVICT:
-                live_evict[op.task.uid] = i
-            elif op.kind is OpKind.UNEVICT and op.task.uid in live_evict:
-                cancelled.add(live_evict.pop(op.task.uid))
-        for i, op in enumerate(self._ops):
-            if i in cancelled:
-                continue
+        first: dict[str, Operation] = {}
+        last: dict[str, Operation] = {}
+        for op in ops:
+            uid = op.task.uid
+            if uid not in first:
+                first[uid] = op
+            last[uid] = op
+        for op in ops:
             task = op.task
-            if op.kind is OpKind.ALLOCATE:
+            kind = op.kind
+            final = last[task.uid]
+            if kind is OpKind.EVICT:
+                # (a pod an earlier decision placed, evicted again: only stale-gang eviction takes such a pod.
+                # Its placement is withdrawn, as the result lists binds and pipelines by the final status; a
+                # moved pod keeps its one eviction)
+                if first[task.uid] is op and op.prev_status in ACTIVE_ALLOCATED and not task.placed_in_cycle \
+                        and final.kind in (OpKind.EVICT, OpKind.MOVE, OpKind.UNMOVE):
+                    ssn.record_eviction(task, op.action, op.preemptor, op.message)
+                continue
+            if op is not final:
+                continue  # a placement undone later in the statement
+            if kind is OpKind.ALLOCATE:
                 # Allocated and Binding are accounted alike everywhere (both take idle resources on the node
                 # and a member's place on its shared devices, both count for the queue): the status changes
                 # in place, without taking the task off its node and putting it back (which changed nothing
                 # but the node's version, so every fit remembered for the node was checked again)
                 task.status = TaskStatus.BINDING
+                task.placed_in_cycle = True
                 if task.job is not None:
                     task.job.version += 1
                 ssn.record_bind(task)
-            elif op.kind in (OpKind.PIPELINE, OpKind.MOVE):
+            elif kind in (OpKind.PIPELINE, OpKind.MOVE):
+                task.placed_in_cycle = True
+                if task.job is not None:
+                    task.job.version += 1
                 ssn.record_pipeline(task)
-            elif op.kind is OpKind.EVICT and task.status in (TaskStatus.RELEASING, TaskStatus.PIPELINED):
-                # an eviction undone by a later put-back is no eviction; a moved task is evicted and pipelined
-                ssn.record_eviction(task, op.action, op.preemptor, op.message)
-        self._ops.clear()
+        ops.clear()

@@ -161,8 +161,10 @@ class PodGroupInfo:
         return self._summary()[1]
 
     def may_be_victim(self) -> bool:
-        """The job has active pods that may be evicted, and none of its pods is being bound in this cycle (a
-        job whose bind is in flight is left alone rather than cut below its minimum or undone at once)."""
+        """The job has active pods that may be evicted (``TaskInfo.is_settled_active``), and none of its pods
+        was placed in this cycle: a job whose bind is in flight, a preemptor pipelined onto its victims' place
+        and a victim job an earlier decision moved are left alone rather than cut below their minimum, undone
+        at once or evicted twice (one eviction per pod per cycle)."""
         return self._summary()[3]
 
     def _summary(self) -> StatusSummary:
@@ -171,7 +173,7 @@ class PodGroupInfo:
         known = self._status_summary
         if known[0] == self.version:
             return known
-        pending = binding = settled = succeeded = used_any = short = allocated = False
+        pending = binding = settled = succeeded = used_any = short = allocated = placed = False
         ready = True
         for ps in self.pod_sets.values():
             alive = used = 0
@@ -187,7 +189,9 @@ class PodGroupInfo:
                     alive += 1
                 if status in ACTIVE_USED:
                     used += 1
-                if status in ACTIVE_ALLOCATED and status is not TaskStatus.BINDING:  # TaskInfo.is_settled_active
+                if t.placed_in_cycle:
+                    placed = True
+                elif t.is_settled_active:
                     settled = True
                 if status in ALLOCATED:
                     allocated = True
@@ -195,7 +199,7 @@ class PodGroupInfo:
                 ready = False
             used_any = used_any or used > 0
             short = short or used < ps.min_available
-        known = self._status_summary = (self.version, pending, ready, settled and not binding,
+        known = self._status_summary = (self.version, pending, ready, settled and not binding and not placed,
                                         used_any and short and not succeeded, allocated)
         return known
 

@@ -124,6 +124,27 @@ def _fmt(r: int, amount: float) -> str:
     return f"{amount / 1e9:g} GB of memory"
 
 
+def queue_order_key(q: QueueAttributes, used: Vec3, with_job: Vec3, without_job: Vec3) -> tuple[object, ...]:
+    """The allocate queue order's key of ``q`` (spec 5.4; the smallest goes first): over-utilised (``used``
+    above the fair share in every resource), not starved (``with_job`` within deserved), queue priority,
+    zero-share penalty, dominant share with and without the job, then the static sibling rank."""
+    fair = q.fair_share
+    over_utilized = fair[0] < used[0] - EPS and fair[1] < used[1] - EPS and fair[2] < used[2] - EPS
+    starved = _le(with_job, q.deserved)
+    share = q.alloc_share
+    penalty = (share[0] == 0 and with_job[0] > 0) or (share[1] == 0 and with_job[1] > 0) or (
+        share[2] == 0 and with_job[2] > 0)
+    return (
+        1 if over_utilized else 0,
+        0 if starved else 1,
+        -q.priority,
+        1 if penalty else 0,
+        round(q.dominant_share(with_job), 12),
+        round(q.dominant_share(without_job), 12),
+        q.sibling_rank,
+    )
+
+
 class ProportionPlugin(Plugin):
     name = "proportion"
 
@@ -189,6 +210,7 @@ class ProportionPlugin(Plugin):
         self.reclaim = ReclaimRules(self.queues, self.total, self.saturation_multiplier, ssn)
         ssn.set_can_reclaim_resources(self.reclaim.can_reclaim)
         ssn.reclaim_scenario_validators.append(self.reclaim.validate)
+        ssn.reclaim_victim_filters.append(self.reclaim.loop_filter)
         ssn.job_solution_start_handlers.append(self.reclaim.on_job_solution_start)
 
     def _compute_fair_shares(self) -> None:
@@ -316,24 +338,7 @@ class ProportionPlugin(Plugin):
 
     @staticmethod
     def _order_key(q: QueueAttributes, used: Vec3, with_job: Vec3, without_job: Vec3) -> tuple[object, ...]:
-        """Spec 5.4: over-utilised (``used`` above the fair share in every resource), not starved
-        (``with_job`` within deserved), queue priority, zero-share penalty, dominant share with and without
-        the job, then the static sibling rank."""
-        fair = q.fair_share
-        over_utilized = fair[0] < used[0] - EPS and fair[1] < used[1] - EPS and fair[2] < used[2] - EPS
-        starved = _le(with_job, q.deserved)
-        share = q.alloc_share
-        penalty = (share[0] == 0 and with_job[0] > 0) or (share[1] == 0 and with_job[1] > 0) or (
-            share[2] == 0 and with_job[2] > 0)
-        return (
-            1 if over_utilized else 0,
-            0 if starved else 1,
-            -q.priority,
-            1 if penalty else 0,
-            round(q.dominant_share(with_job), 12),
-            round(q.dominant_share(without_job), 12),
-            q.sibling_rank,
-        )
+        return queue_order_key(q, used, with_job, without_job)
 
     def tie_break(self, a: str, b: str) -> int:
         qa, qb = self.queues[a], self.queues[b]

@@ -1,13 +1,15 @@
 """The proportion plugin's reclaim rules (spec 5.5): when a job of queue A may take resources from queue B.
 
-Three hooks, all registered by :class:`~kaisched.plugins.proportion.plugin.ProportionPlugin`:
+Four hooks, all registered by :class:`~kaisched.plugins.proportion.plugin.ProportionPlugin`:
 
 * :meth:`ReclaimRules.can_reclaim` — the gate ``CanReclaimResources(P)``, on the live queue state;
 * :meth:`ReclaimRules.on_job_solution_start` — copies every queue's ``allocated`` and
   ``allocated_non_preemptible`` once per reclaim attempt, before any victim is virtually evicted (state
   committed by earlier jobs of the action is in it);
-* :meth:`ReclaimRules.validate` — the reclaim scenario validator (spec 5.5 steps 1-5) on that copy. The
-  fair shares and deserved quotas are static within a session and read live.
+* :meth:`ReclaimRules.validate` — the reclaim scenario validator (spec 5.5 steps 1-5) on that copy, then
+  the loop guard (below). The fair shares and deserved quotas are static within a session and read live;
+* :meth:`ReclaimRules.loop_filter` — the loop guard as a victim filter (victims it would refuse in any
+  scenario are no candidates).
 
 Interpretation choices (where the spec leaves room, and how they relate to KAI's code):
 
@@ -27,6 +29,16 @@ Interpretation choices (where the spec leaves room, and how they relate to KAI's
   the simulation (re-placed elsewhere, ``Pipelined``, or put back) contributes nothing; the chunk split
   is made first and the moved tasks are then left out of their chunk (an empty chunk disappears), as in
   KAI's ``getResources``.
+* **Reclaims allocate would undo** (kaisched's loop guard, docs/evictions.md). Nothing keeps a pipelined
+  placement to the next cycle: there the reclaimer's job is pending again and the resources its victims
+  free are idle, and allocate hands them to the queue it orders first (spec 5.4). A scenario is refused when
+  that queue is the one the scenario takes from: for every leveled pair (A', B') of a queue that really
+  loses pods (moved victims do not count), B' holding its allocation less what it loses, with the first in
+  job order of its next jobs (its head pending job, or a victim job pending again, asking for its evicted
+  pods; one pod of a job that keeps its minimum), is ordered before A' with the reclaimer's head pending
+  job (the reclaimer when it is the head). Heads are read once per session when reclaim starts (the jobs
+  allocate left pending, in job order); the allocations are those of the reclaim attempt's start. Without
+  the guard such a reclaim is undone by the next cycle's allocate and done again, forever.
 * **Leveled queues.** The two root-first ancestor paths are walked together and the first pair that
   differs is taken (``A'``, ``B'``: the children of the lowest common ancestor, or the two top-level
   queues); if one path is a prefix of the other, the pair at the last common depth (KAI's
@@ -40,7 +52,15 @@ from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo, PodSetInfo
 from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
-from kaisched.plugins.proportion.plugin import EPS, UNLIMITED, QueueAttributes, Vec3, _le, job_request
+from kaisched.plugins.proportion.plugin import (
+    EPS,
+    UNLIMITED,
+    QueueAttributes,
+    Vec3,
+    _le,
+    job_request,
+    queue_order_key,
+)
 
 _NO_LIMIT: Vec3 = [UNLIMITED, UNLIMITED, UNLIMITED]
 
@@ -157,6 +177,13 @@ class ReclaimRules:
         self._active_at_start: dict[tuple[str, str], int] = {}  # (job uid, pod set) -> count
         self._totals = _Totals()  # the by-totals validator's memo for the current reclaim attempt
         self._exact_start = False  # the copy taken at solution start is exact for by-totals validation
+        # the loop guard's head jobs: leaf queue -> (job order key, job, request of its next tasks), read at
+        # the first reclaim attempt (see the module doc)
+        self._heads: dict[str, tuple[tuple[object, ...], PodGroupInfo, Vec3]] | None = None
+        # the loop filter's queue-order keys, until the next commit: (victim uid, B') and (reclaimer uid, A')
+        self._filter_commits = -1
+        self._victim_keys: dict[tuple[str, str], tuple[object, ...]] = {}
+        self._reclaimer_keys: dict[tuple[str, str], tuple[object, ...]] = {}
 
     # ---- gate ------------------------------------------------------------------------------------
     def can_reclaim(self, job: PodGroupInfo) -> bool:
@@ -172,6 +199,8 @@ class ReclaimRules:
 
     # ---- solution start --------------------------------------------------------------------------
     def on_job_solution_start(self, job: PodGroupInfo) -> None:
+        if self._heads is None:  # (before any simulation: every job as allocate left it)
+            self._heads = self._next_heads()
         self._allocated = {name: q.allocated.copy() for name, q in self.queues.items()}
         self._non_preemptible = {name: q.allocated_non_preemptible.copy() for name, q in self.queues.items()}
         self._start_status = {}
@@ -242,11 +271,127 @@ class ReclaimRules:
         if reclaimer is None:
             return False
         req = job_request(scenario.preemptor_tasks)
+        verdict: bool | None = None
         if self.by_totals and self._exact_start:
             verdict = self._validate_by_totals(scenario, reclaimer, req, allocated)
-            if verdict is not None:
-                return verdict
-        return self._validate_chunk_by_chunk(scenario, reclaimer, req, allocated)
+        if verdict is None:
+            verdict = self._validate_chunk_by_chunk(scenario, reclaimer, req, allocated)
+        return verdict and not self.allocate_would_undo(scenario, reclaimer, req, allocated)
+
+    # ---- loop guard ----------------------------------------------------------------------------------
+    def _next_heads(self) -> dict[str, tuple[tuple[object, ...], PodGroupInfo, Vec3]]:
+        """Per leaf queue, the first in job order of the jobs allocate left pending (ready, in a known queue),
+        with the request of its next tasks: what allocate orders the queue by in the next cycle."""
+        ssn = self.ssn
+        jobs = ssn.jobs_with_pending if ssn.jobs_with_pending is not None else list(ssn.jobs.values())
+        heads: dict[str, tuple[tuple[object, ...], PodGroupInfo, Vec3]] = {}
+        for job in jobs:
+            if job.blocked is not None or job.queue not in self.queues or not job.has_pending() \
+                    or not job.is_ready():
+                continue
+            tasks = ssn.tasks_to_allocate(job)
+            if not tasks:
+                continue
+            key = ssn.cached_job_order_key(job)
+            known = heads.get(job.queue)
+            if known is None or key < known[0]:
+                heads[job.queue] = (key, job, job_request(tasks))
+        return heads
+
+    def _pending_again(self, victim: VictimJob, evicted: list[TaskInfo]) -> Vec3:
+        """What a victim job asks for in the next cycle: one evicted pod (the first in task order) when the
+        job keeps its minimum, else all its evicted pods."""
+        if victim.job.is_allocated_gang_satisfied():
+            return job_request([min(evicted, key=self.ssn.task_order_key)])
+        return job_request(evicted)
+
+    def loop_filter(self, preemptor: PodGroupInfo, victim: PodGroupInfo) -> bool:
+        """The loop guard as a reclaim victim filter, so that the search does not try scenarios the validator
+        would refuse: False (no candidate) when the victim's queue, having lost the victim job's first chunk
+        (one pod of a job above its minimum, else all its active pods) and with the first in job order of its
+        head and that job as its next job, would already be ordered before the reclaimer's queue with its head
+        (losing more only orders it earlier). Remembered per victim job and per reclaimer until a statement
+        commits."""
+        reclaimer = self.queues.get(preemptor.queue)
+        leaf = self.queues.get(victim.queue)
+        if reclaimer is None or leaf is None:
+            return True
+        ssn = self.ssn
+        if self._filter_commits != ssn.commits:
+            self._filter_commits = ssn.commits
+            self._victim_keys = {}
+            self._reclaimer_keys = {}
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = self._next_heads()
+        a_lvl, b_lvl = self.leveled(reclaimer, leaf)
+        a_key = self._reclaimer_keys.get((preemptor.uid, a_lvl.name))
+        if a_key is None:
+            head = heads.get(reclaimer.name)
+            req = job_request(ssn.tasks_to_allocate(preemptor)) if head is None or head[1] is preemptor \
+                else head[2]
+            a_used = a_lvl.allocated
+            a_key = self._reclaimer_keys[(preemptor.uid, a_lvl.name)] = queue_order_key(
+                a_lvl, a_used, _add(a_used, req), a_used)
+        b_key = self._victim_keys.get((victim.uid, b_lvl.name))
+        if b_key is None:
+            active = [t for t in victim.tasks if t.is_settled_active]
+            if not active:
+                return True
+            if any(ps.active_allocated > ps.min_available for ps in victim.pod_sets.values()):
+                first = [min(active, key=ssn.task_order_key)]
+            else:
+                first = active
+            taken = job_request(first)
+            nexts = [(ssn.cached_job_order_key(victim), taken)]
+            head = heads.get(leaf.name)
+            if head is not None:
+                nexts.append((head[0], head[2]))
+            b_alloc = b_lvl.allocated
+            b_used = [b_alloc[0] - taken[0], b_alloc[1] - taken[1], b_alloc[2] - taken[2]]
+            b_req = min(nexts, key=lambda e: e[0])[1]
+            b_key = self._victim_keys[(victim.uid, b_lvl.name)] = queue_order_key(
+                b_lvl, b_used, _add(b_used, b_req), b_used)
+        return not b_key < a_key
+
+    def allocate_would_undo(self, scenario: Scenario, reclaimer: QueueAttributes, req: Vec3,
+                            allocated: dict[str, Vec3]) -> bool:
+        """The loop guard (module doc): after this reclaim, allocate would order a queue it takes from before
+        the reclaimer's queue, and hand the freed resources back in the next cycle."""
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = self._next_heads()
+        # B' -> [A', B', what B' really loses, (job order key, request) of its next job]
+        losing: dict[str, tuple[QueueAttributes, QueueAttributes, Vec3, list[tuple[tuple[object, ...], Vec3]]]] = {}
+        for victim in scenario.victims.values():
+            evicted = [t for t in victim.tasks if t.status is TaskStatus.RELEASING]
+            leaf = self.queues.get(victim.job.queue)
+            if not evicted or leaf is None:
+                continue
+            a_lvl, b_lvl = self.leveled(reclaimer, leaf)
+            entry = losing.get(b_lvl.name)
+            if entry is None:
+                entry = losing[b_lvl.name] = (a_lvl, b_lvl, [0.0, 0.0, 0.0], [])
+            taken = job_request(evicted)
+            for r in range(3):
+                entry[2][r] += taken[r]
+            head = heads.get(leaf.name)
+            if head is not None:
+                entry[3].append((head[0], head[2]))
+            entry[3].append((self.ssn.cached_job_order_key(victim.job), self._pending_again(victim, evicted)))
+        if not losing:
+            return False
+        head = heads.get(reclaimer.name)
+        reclaimer_req = req if head is None or head[1] is scenario.preemptor else head[2]
+        for a_lvl, b_lvl, taken, nexts in losing.values():
+            a_used = allocated[a_lvl.name]
+            a_key = queue_order_key(a_lvl, a_used, _add(a_used, reclaimer_req), a_used)
+            b_alloc = allocated[b_lvl.name]
+            b_used = [b_alloc[0] - taken[0], b_alloc[1] - taken[1], b_alloc[2] - taken[2]]
+            b_req = min(nexts, key=lambda e: e[0])[1]
+            if queue_order_key(b_lvl, b_used, _add(b_used, b_req), b_used) < a_key:
+                return True
+        return False
 
     def _validate_chunk_by_chunk(self, scenario: Scenario, reclaimer: QueueAttributes, req: Vec3,
                                  allocated: dict[str, Vec3]) -> bool:
