@@ -8,7 +8,7 @@ PIP := $(BIN)/pip --disable-pip-version-check
 # lock.txt for the container image (runtime only)
 DEV_LOCK := requirements/dev.txt
 
-.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock
+.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz
 
 # The development environment: the locked versions and nothing else, then kaisched itself, editable, with no
 # resolution of its own (hatchling, which builds it, is in the lock too).
@@ -69,6 +69,26 @@ test: lint typecheck helm unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks.dra --smoke
 	$(BIN)/python -m benchmarks.busy --smoke
 	$(BIN)/pytest -q -rfEs -m kube
+
+# Nightly: every hypothesis test (tests/property, the unit ones: `-m hypothesis` under FUZZ_TESTS) with fresh random
+# examples for FUZZ_MINUTES minutes (`make test` runs them derandomized: the same examples every run). Rounds of the
+# whole selection, each with a new seed it prints first, started while time is left (`make fuzz FUZZ_MINUTES=5
+# FUZZ_TESTS=tests/property`); the last one runs to its end, so that a failure found late is still shrunk and
+# shown (a test may take 15 minutes, shrinking included). The first failure stops it, exit 1, with the falsifying
+# example and the seed: `HYPOTHESIS_PROFILE=fuzz .venv/bin/pytest --hypothesis-seed=SEED TEST` replays that test's
+# round (tests/conftest.py has the profiles).
+FUZZ_MINUTES ?= 30
+FUZZ_TESTS ?= tests
+fuzz: $(STAMP)
+	@end=$$(( $$(date +%s) + 60 * $(FUZZ_MINUTES) )); round=0; \
+	while left=$$(( end - $$(date +%s) )); [ $$left -gt 0 ]; do \
+	  round=$$(( round + 1 )); seed=$$(od -An -N8 -tu8 /dev/urandom | tr -d ' '); \
+	  echo "fuzz round $$round ($$left s left): --hypothesis-seed=$$seed"; \
+	  HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -x -p no:cacheprovider --timeout=900 -m hypothesis \
+	    --hypothesis-seed=$$seed $(FUZZ_TESTS) || { status=$$?; \
+	    echo "fuzz: round $$round failed (exit $$status); replay it with HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest" \
+	         "--hypothesis-seed=$$seed and the failed test"; exit 1; }; \
+	done; echo "fuzz: $$round round(s) in $(FUZZ_MINUTES) min or a little more, no failure"
 
 # the benchmarks on the core kaisched ships (compiled with mypyc, docs/performance.md); `.venv/bin/python -m
 # benchmarks` runs them on the interpreted sources

@@ -59,6 +59,8 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     (r"^make run$", "sets up .venv (it would reinstall it whenever pyproject.toml changed); its commands are the "
                     "documented ones run here one by one"),
     (r"^make compiled$", "compiles the core with mypyc: about 1.5 minutes (tests/compiled builds and checks it)"),
+    (r"^make fuzz( |$)", "the nightly search: every property test with fresh random examples for FUZZ_MINUTES minutes "
+                         "(30 by default); the suite runs the same tests derandomized"),
     (r"^PYTHONPATH=build/compiled ", "needs the compiled core of `make compiled`; tests/compiled checks that it "
                                      "decides as the sources do"),
     (r"^(KAISCHED_PURE_PYTHON=1 )?pip wheel ", "builds a wheel, compiling the core with mypyc (minutes); "

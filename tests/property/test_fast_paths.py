@@ -7,8 +7,11 @@
   increments) and the reclaim validator's by-totals check decide exactly as simulating every scenario from
   scratch and checking chunk by chunk (also on the ReclaimLargeJobs shape, where they are used hundreds of
   times);
+* all of them together decide as the plain search with every shortcut off;
 * a cycle answered by the cycle memo is exactly the full cycle at that time (min-runtime boundaries and
   stale-gang grace periods included).
+
+The examples that fresh seeds found (issue 23; ``make fuzz`` searches with fresh seeds) are explicit ``@example``s.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import kaisched
@@ -36,8 +39,20 @@ from kaisched.model.job import PodGroupInfo
 from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 from kaisched.plugins.proportion.reclaim import ReclaimRules
-from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters, schedule
-from tests.unit.builders import Obj, job, node, pod, pod_group, queue
+from tests.property.test_eviction_invariants import (
+    ACTION_CONFIGS,
+    SETTINGS,
+    Cluster,
+    GroupSpec,
+    NodeSpec,
+    PodSpec,
+    QueueSpec,
+    _cluster,
+    _q,
+    eviction_clusters,
+    schedule,
+)
+from tests.unit.builders import NOW, Obj, job, node, pod, pod_group, queue
 
 
 @contextmanager
@@ -84,7 +99,22 @@ def simulations_from_scratch() -> Iterator[None]:
         yield
 
 
+# Issue 23, seed 127430387176860869514932970793300065659 (shrunk): g5 (1 + 2 GPUs) reclaims. At k = 2 the first
+# scenario (g4-0 on n3) fails and leaves its eviction in place; the next chunk is popped after rolling it back, and
+# the chunk sequence then pops ahead and returned chunk 2 (g2, 3 pods) for chunk 1 (g3, whose pod on n2 makes room):
+# warm simulations evicted g2's gang where simulating from scratch evicts g3's.
+WARM_POP_AHEAD = _cluster({"n0": 7, "n1": 2, "n2": 6, "n3": 5}, [_q("q0", gpu=0, weight=0), _q("q1", gpu=2)], [
+    ("g0", "q0", 1, "train", [(2, "n0")]),
+    ("g1", "q0", 1, "train", [(1, "n0")]),
+    ("g2", "q0", 3, "train", [(2, "n0"), (2, "n0"), (2, "n1")]),
+    ("g3", "q0", 2, "train", [(4, "n2"), (4, "n3")]),
+    ("g4", "q0", 1, "train", [(1, "n3")]),
+    ("g5", "q1", 2, "train", [(1, None), (2, None)]),
+])
+
+
 @SETTINGS
+@example(cluster=WARM_POP_AHEAD, actions=None)
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_warm_simulations_decide_as_simulating_from_scratch(cluster: Cluster, actions: str | None) -> None:
     decide_alike(cluster, actions, simulations_from_scratch)
@@ -138,7 +168,27 @@ def wide_reclaims(draw: st.DrawFn) -> list[Obj]:
     return objs
 
 
+def _wide_pop_ahead() -> list[Obj]:
+    """Issue 23, seed 1643765125508955420329391600961267373 (shrunk): two gangs of two 4-GPU pods reclaim from 7
+    nodes of 1-GPU pods (and one 2-GPU pod). Chunks popped after rolling warm evictions back came out of order
+    (the pop-ahead of :data:`WARM_POP_AHEAD`): warm simulations evicted 9 pods where simulating from scratch
+    evicts 18."""
+    objs = [queue("over", gpu=12, gpu_weight=0), queue("under", gpu=28, gpu_weight=1)]
+    objs += [node(f"n{i:02d}", 4) for i in range(7)]
+    victims = [("v0", 1, [(1, 0)]), ("v1", 2, [(1, 0), (1, 1)]), ("v2", 2, [(1, 0), (1, 1)]), ("v3", 1, [(1, 0)]),
+               ("v4", 1, [(1, 1)]), ("v5", 2, [(1, 1), (1, 2)]), ("v6", 1, [(1, 2)]), ("v7", 1, [(1, 2)]),
+               ("v8", 1, [(1, 2)]), ("v9", 2, [(1, 3), (1, 4)]), ("v10", 1, [(1, 3)]), ("v11", 1, [(1, 3)]),
+               ("v12", 1, [(1, 3)]), ("v16", 1, [(1, 6)]), ("v17", 1, [(1, 6)]), ("v18", 1, [(2, 6)])]
+    for name, min_member, pods in victims:
+        objs.append(pod_group(name, queue="over", min_member=min_member, created="2025-01-01T00:00:00Z"))
+        objs += [pod(f"{name}-{k}", group=name, gpus=gpus, node=f"n{n:02d}") for k, (gpus, n) in enumerate(pods)]
+    for p in ("p0", "p1"):
+        objs += job(p, 2, queue="under", gpus=4, created="2025-01-01T00:00:00Z")
+    return objs
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(objs=_wide_pop_ahead(), actions="reclaim")
 @given(wide_reclaims(), st.sampled_from(["reclaim", None]))
 def test_warm_simulations_decide_as_simulating_from_scratch_on_wide_reclaims(objs: list[Obj], actions: str | None
                                                                              ) -> None:
@@ -196,10 +246,54 @@ def test_warm_simulations_decide_as_simulating_from_scratch_on_reclaim_large_job
     assert warm.to_dict() == cold.to_dict()
 
 
+def _shared_walks_pop_ahead() -> Cluster:
+    """Issue 23, a fresh seed of the moves-only test (shrunk): reclaim for g8 and g10 (queue q3, 4-GPU pods)
+    with warm simulations on both sides (the plain search turns moves-only pruning off, not warm simulations).
+    Chunks popped after rolling warm evictions back came out of order (:data:`WARM_POP_AHEAD`), and a chunk
+    sequence shared between solvers pops at other times than one per solver: the two searches evicted
+    differently."""
+    start = NOW - timedelta(hours=1)
+
+    def group(j: int, queue_name: str, min_member: int, pods: list[tuple[int, int, str | None]],
+              priority_class: str = "train") -> GroupSpec:
+        specs = [PodSpec(f"g{j}-{k}", gpus, node=where) for k, gpus, where in pods]
+        return GroupSpec(f"g{j}", f"ns{j % 2}", queue_name, min_member, priority_class, None,
+                         start + timedelta(seconds=j), specs)
+
+    return Cluster(
+        [NodeSpec("n0", 6), NodeSpec("n1", 2), NodeSpec("n2", 2), NodeSpec("n3", 3)],
+        [QueueSpec("q0", None, 2, -1, 1, 100), QueueSpec("q1", None, -1, -1, 1, 100),
+         QueueSpec("q3", None, -1, -1, 1, 200)],
+        [group(0, "q0", 3, [(0, 3, "n0"), (1, 1, "n0"), (2, 1, "n2")]),
+         group(1, "q0", 1, [(0, 1, "n3")], "inference"),
+         group(2, "q1", 2, [(1, 4, None), (2, 2, "n0"), (3, 2, "n3")]),
+         group(3, "q0", 1, [(0, 1, "n2")]),
+         group(6, "q3", 1, [(0, 2, None)]),
+         group(8, "q3", 2, [(0, 4, None), (1, 4, None)]),
+         group(10, "q3", 2, [(0, 1, None), (1, 4, None)])])
+
+
 @SETTINGS
+@example(cluster=_shared_walks_pop_ahead(), actions="allocate, reclaim")
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_moves_only_pruning_decides_as_the_plain_search(cluster: Cluster, actions: str | None) -> None:
     decide_alike(cluster, actions, plain_consolidation_search)
+
+
+@contextmanager
+def the_plain_search() -> Iterator[None]:
+    """Every shortcut off at once (the reference): every scenario the filters let through simulated from scratch
+    by its own solver, the reclaim validator walking every chunk, consolidation without its pruning."""
+    with plain_consolidation_search(), simulations_from_scratch(), shortcut_off("prove_failures"):
+        yield
+
+
+@SETTINGS
+@example(cluster=WARM_POP_AHEAD, actions=None)
+@given(eviction_clusters(), ACTION_CONFIGS)
+def test_the_fast_search_decides_as_the_plain_search(cluster: Cluster, actions: str | None) -> None:
+    """All the shortcuts together (each test above turns one kind off) decide as none of them."""
+    decide_alike(cluster, actions, the_plain_search)
 
 
 @SETTINGS

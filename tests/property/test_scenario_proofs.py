@@ -144,11 +144,17 @@ def test_on_the_busy_shape_each_proof_stands_for_a_failed_simulation_two_cycles_
     second = run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1))
     reclaim = first.search_stats["reclaim"]
     assert first.evictions and reclaim.preemptors
-    assert reclaim.proved > 50
+    assert reclaim.proved > 40  # (48 since a job placed in the cycle is no victim in it: fewer scenarios)
     with every_scenario_simulated():
         plain = run_prepared_cycle(objs, cfg, NOW)
         assert plain.to_dict() == first.to_dict()
         assert plain.search_stats["reclaim"].proved == 0
-        # each scenario proved to fail is one simulated (and failed) without the proofs
-        assert plain.search_stats["reclaim"].simulations == reclaim.simulations + reclaim.proved
+        # each scenario proved to fail is one simulated (and failed) without the proofs; a partial job proved
+        # hopeless on every node at once (``proved_everywhere``: its other scenarios are not even walked) stands for
+        # all of its scenarios, at least the one it counts
+        simulated = plain.search_stats["reclaim"].simulations
+        if reclaim.proved_everywhere:
+            assert simulated >= reclaim.simulations + reclaim.proved
+        else:
+            assert simulated == reclaim.simulations + reclaim.proved
         assert run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1)).to_dict() == second.to_dict()

@@ -62,8 +62,6 @@ def test_no_shortcut_while_a_node_is_over_committed(gpus_on_n1: int, shortcut: b
     assert action.fits_without_victims(ssn, ssn.jobs["default/p"]) is shortcut
 
 
-@pytest.mark.xfail(strict=True, reason="needs the solver to reject a scenario without victims, as KAI's by-pod solver "
-                   "does (actions/solver.py, not this change): it now solves the job with none")
 def test_reclaim_on_its_own_evicts_a_victim_that_cannot_go_back_to_its_over_committed_node() -> None:
     """KAI's solver (spec 4.9): the pending job fits on n2 anyway, but the first victim (a2, the newer) is evicted
     from n1 in the simulation and cannot be put back there (n1's idle GPUs stay below zero), so it stays evicted;

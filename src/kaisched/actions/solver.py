@@ -38,7 +38,6 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -502,9 +501,10 @@ class VictimSolver:
         self.partial_solves += 1
         proof = self._proof(tasks, recorded, feasible)
         if proof is not None and proof.fails_everywhere():
-            # no single node's victims can make room: only the scenario without victims may solve it
+            # no single node's victims can make room, and there is no scenario without victims (proofs are made only
+            # before the first solution, without recorded victims): nothing can solve it
             self.proved_everywhere += 1
-            scenarios = itertools.islice(scenarios, 1)
+            scenarios = ()
         for evict in scenarios:
             if proof is not None and proof.fails(evict):
                 self.proved += 1
@@ -597,8 +597,11 @@ class VictimSolver:
                 if t.node >= 0:
                     recorded_target[t.node] = nodes.schedulable[t.node]
 
-        # scenario 0: the recorded victims only
-        if not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask) and self._packs(tasks, recorded):
+        # scenario 0: the recorded victims only; none before the first solution (KAI's solver never solves without a
+        # victim: a job that fits as things are is allocate's)
+        if not recorded:
+            pass
+        elif not quick_fail() and affinity_ok() and self._fits_gpus(needs, free, mask) and self._packs(tasks, recorded):
             yield list(recorded)
         else:
             self.filtered += 1

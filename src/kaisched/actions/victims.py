@@ -320,10 +320,12 @@ class ChunkSequence:
         return iter(replay)
 
     def get(self, i: int) -> Chunk | None:
-        """Chunk ``i``, popping up to it; None past the end."""
+        """Chunk ``i``, popping up to it; None past the end. When popping needed a roll-back (``before_pop``), it
+        pops ahead too (up to twice the chunks it had), so that the next chunks cost no further roll-back."""
+        target = i
         if len(self.chunks) <= i and not self.exhausted and self.before_pop is not None and self.before_pop():
-            i = max(i, 2 * len(self.chunks))
-        while len(self.chunks) <= i and not self.exhausted:
+            target = max(i, 2 * len(self.chunks))
+        while len(self.chunks) <= target and not self.exhausted:
             chunk = self.queue.pop()
             if chunk is None:
                 self.exhausted = True
