@@ -285,3 +285,23 @@ def test_common_prefix_compares_by_identity() -> None:
     assert common_prefix([a, b], [d]) == 0
     assert common_prefix([], [a]) == 0
     assert common_prefix([a, b, c, d], [a, b, c, a]) == 3
+
+
+def test_a_victim_in_a_queue_that_does_not_exist_is_judged_by_simulation_not_proofs() -> None:
+    """A running job whose queue does not exist (an input error) holds the only GPU: the proofs of failure, which
+    reason about the queue order, leave its scenarios to the simulation (they used to walk its queue's ancestors
+    and fail with a KeyError), and the cycle decides as the full search does."""
+    from tests.property.test_fast_paths import shortcut_off
+
+    objs = flatten(
+        node("n0", 1), queue("q0", gpu_weight=0), queue("q1", gpu_weight=0),
+        pod_group("g0", queue="ghost"), pod("g0-0", group="g0", gpus=0, node="n0"),
+        pod("g0-1", group="g0", gpus=1, node="n0"),
+        job("p", 1, queue="q0", gpus=1),
+    )
+    fast = kaisched.schedule(objs, None, NOW)
+    with shortcut_off("prove_failures"):
+        full = kaisched.schedule(objs, None, NOW)
+    assert fast.to_dict() == full.to_dict()
+    assert [(e.object, e.field) for e in fast.errors] == [("PodGroup default/g0", "spec.queue")]
+    assert status(fast, "p").status == "Pending"

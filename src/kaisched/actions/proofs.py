@@ -168,13 +168,17 @@ class ScenarioProof:
     def _first(self, by_job: dict[str, tuple[PodGroupInfo, list[TaskInfo]]]) -> set[str]:
         """The victim jobs bound to pop before P (uids): their ``B'`` outranks P's ``A'`` in every state."""
         zero = [0.0, 0.0, 0.0]
+        # (a victim whose queue the session does not know has no place in the order: never bound to pop first,
+        # which only leaves its scenarios to the simulation)
+        known = self.ssn.queues.queues
+        entries = [entry for entry in by_job.values() if entry[0].queue in known]
         pairs: dict[str, tuple[str, str]] = {}
-        for job, _ in by_job.values():
+        for job, _ in entries:
             pair = self._leveled(job.queue)
             if pair is not None:
                 pairs[job.uid] = pair
         below: dict[str, list[tuple[PodGroupInfo, list[TaskInfo]]]] = {}  # A' or B' -> the victim jobs below it
-        for entry in by_job.values():
+        for entry in entries:
             for q in self._path(entry[0].queue):
                 below.setdefault(q, []).append(entry)
         out: set[str] = set()
