@@ -102,18 +102,19 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
                          lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
                          retry_period=retry_period, listen_host=host, listen_port=port, max_cycles=max_cycles)
     scheduler = KubeScheduler(api, config, options)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        scheduler.stop()
+
+    # before anything starts: the informers log at once, and a SIGTERM that follows must find the handler
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         scheduler.start()
     except (ValueError, OSError) as exc:  # leader-election timings that do not fit, a port in use
         scheduler.close()
         api.close()
         raise click.UsageError(str(exc)) from None
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        scheduler.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     try:
         code = scheduler.run()
     finally:
