@@ -199,6 +199,24 @@ def test_warm_simulations_decide_as_simulating_from_scratch_on_wide_reclaims(obj
     assert warm.to_dict() == cold.to_dict()
 
 
+@SETTINGS
+@given(eviction_clusters(), ACTION_CONFIGS)
+def test_validating_before_placing_decides_as_simulating(cluster: Cluster, actions: str | None) -> None:
+    """Scenarios refused on their evictions alone where no victim can be placed again (settled_victims)."""
+    decide_alike(cluster, actions, lambda: shortcut_off("validate_first"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wide_reclaims(), st.sampled_from(["reclaim", None]))
+def test_validating_before_placing_decides_as_simulating_on_wide_reclaims(objs: list[Obj], actions: str | None
+                                                                          ) -> None:
+    config = {"actions": actions} if actions else None
+    fast = kaisched.schedule(objs, config=config, now=NOW)
+    with shortcut_off("validate_first"):
+        slow = kaisched.schedule(objs, config=config, now=NOW)
+    assert fast.to_dict() == slow.to_dict()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wide_reclaims())
 def test_a_victim_job_shared_between_scenarios_is_validated_unchanged(objs: list[Obj]) -> None:
@@ -284,7 +302,8 @@ def test_moves_only_pruning_decides_as_the_plain_search(cluster: Cluster, action
 def the_plain_search() -> Iterator[None]:
     """Every shortcut off at once (the reference): every scenario the filters let through simulated from scratch
     by its own solver, the reclaim validator walking every chunk, consolidation without its pruning."""
-    with plain_consolidation_search(), simulations_from_scratch(), shortcut_off("prove_failures"):
+    with plain_consolidation_search(), simulations_from_scratch(), shortcut_off("prove_failures"), \
+            shortcut_off("validate_first"):
         yield
 
 

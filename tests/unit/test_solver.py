@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import kaisched
 from tests.unit.builders import NOW, flatten, job, node, pod, pod_group, queue, status
 
@@ -275,6 +277,29 @@ def test_accounting_is_exact_with_whole_gpus_and_binary_fractions_only() -> None
     assert not exact_accounting(_session(*base, pod("odd", group="w", memory="0.1")))  # type: ignore[arg-type]
 
 
+def test_sums_are_exact_below_2_to_the_53_units_of_the_values_common_power_of_two() -> None:
+    import numpy as np
+
+    from kaisched.actions.warm import _on_grid
+
+    tib = 2.0**40
+    memory = np.array([tib, 64 * 2.0**30, 2.0**35])  # bytes, all multiples of 2**35
+    # a bound above 2**53 bytes is still far below 2**53 units of 2**35 bytes: exact (the 5,000-node busy cluster)
+    assert _on_grid(memory, 2.0**54)
+    assert not _on_grid(memory, 2.0**88)
+    # one odd byte makes the unit 1: the same bound is then too large
+    assert not _on_grid(np.append(memory, 3.0), 2.0**54)
+    assert _on_grid(np.append(memory, 3.0), 2.0**52)
+    # binary fractions: the unit is 1/1024 at the finest, and below it nothing is exact
+    assert _on_grid(np.array([0.25, 0.5, 8.0]), 2.0**50)
+    assert not _on_grid(np.array([0.25, 0.5, 8.0]), 2.0**52)
+    assert not _on_grid(np.array([2.0**-11]), 1.0)
+    assert _on_grid(np.zeros(3), 0.0)
+    # exactness itself: sums of such values in any order agree
+    values = [tib * 3, 2.0**30, -tib, 2.0**31 * 7]
+    assert sum(values) == sum(reversed(values)) == sum(sorted(values))
+
+
 def test_common_prefix_compares_by_identity() -> None:
     from kaisched.framework.scenario import common_prefix
 
@@ -305,3 +330,58 @@ def test_a_victim_in_a_queue_that_does_not_exist_is_judged_by_simulation_not_pro
     assert fast.to_dict() == full.to_dict()
     assert [(e.object, e.field) for e in fast.errors] == [("PodGroup default/g0", "spec.queue")]
     assert status(fast, "p").status == "Pending"
+
+
+def _stay_evicted(objs: tuple[object, ...], preemptor: str, victims: list[str], mask_nodes: list[str]) -> bool:
+    import numpy as np
+
+    from kaisched.actions.settled_victims import victims_stay_evicted
+
+    ssn: Any = _session(*objs)
+    tasks = {t.name: t for t in ssn.snapshot.tasks.values()}
+    names = list(ssn.nodes.names)
+    mask = np.array([n in mask_nodes for n in names], dtype=np.bool_)
+    return victims_stay_evicted(ssn.nodes, [tasks[preemptor]], [tasks[v] for v in victims], mask)
+
+
+def test_victims_stay_evicted_when_none_fits_beside_the_preemptor() -> None:
+    base = (node("a", 2), node("b", 2), queue("q"), running("w", "a", 2), running("x", "b", 1))
+    pending = (pod_group("p", queue="q"), pod("p-0", group="p", gpus=2))
+    # w's 2 GPUs on a go to P; b has 1 free: w fits nowhere beside P
+    assert _stay_evicted((*base, *pending), "p-0", ["w-0"], ["a", "b"])
+    # nodes the simulation may not use do not count, nor do GPUs no node holds alone
+    assert _stay_evicted((*base, *pending), "p-0", ["w-0"], ["a"])
+    # b with 2 free GPUs: w could be placed there while P takes a
+    free_b = (node("a", 2), node("b", 2), queue("q"), running("w", "a", 2))
+    assert not _stay_evicted((*free_b, *pending), "p-0", ["w-0"], ["a", "b"])
+    # 1-GPU pods on one node: a victim fits beside P only when two GPUs are free there
+    small = (node("a", 2), queue("q"), running("w", "a", 1), running("v", "a", 1),
+             pod_group("p", queue="q"), pod("p-0", group="p", gpus=1))
+    assert _stay_evicted(small, "p-0", ["w-0"], ["a"])  # a: 1 free after w goes, P takes it
+    assert not _stay_evicted(small, "p-0", ["w-0", "v-0"], ["a"])  # 2 free: P and one victim
+
+
+def test_victims_stay_evicted_answers_no_where_it_cannot_tell() -> None:
+    base = (node("a", 2), queue("q"), running("g", "a", 1, n=2, min_member=2))
+    pending = (pod_group("p", queue="q"), pod("p-0", group="p", gpus=1))
+    # one pod of a gang at its minimum: the gang is broken and evicted whole, more victims than listed
+    assert not _stay_evicted((*base, *pending), "p-0", ["g-0"], ["a"])
+    # the whole gang: nothing left to break
+    assert _stay_evicted((*base, pod_group("p", queue="q"), pod("p-0", group="p", gpus=2)), "p-0",
+                         ["g-0", "g-1"], ["a"])
+    # a fraction: shared devices are not counted
+    frac = (node("a", 2), queue("q"), running("w", "a", 2), *_shared("half", {"gpu-fraction": "0.5"}))
+    assert not _stay_evicted(frac, "half", ["w-0"], ["a"])
+
+
+def test_the_loop_filter_orders_a_victim_as_it_stands_once_evicted() -> None:
+    from kaisched.model.status import TaskStatus
+
+    ssn: Any = _session(node("a", 4), queue("q"), running("g", "a", 1, n=2, min_member=1), running("w", "a", 1))
+    job_g = ssn.jobs["default/g"]
+    rules = next(p for p in ssn.plugins if p.name == "proportion").reclaim
+    running_key = ssn.job_order_key(job_g)
+    both = list(job_g.tasks)
+    # above its minimum while running (elastic rank 2), below it once both pods are evicted (rank 0): first
+    assert rules._key_without(job_g, both) < running_key
+    assert all(t.status is TaskStatus.RUNNING for t in job_g.tasks)  # restored

@@ -256,6 +256,7 @@ class EvictingAction(Action):
         stats.partial_solves += solver.partial_solves
         stats.simulations += solver.simulations
         stats.proved += solver.proved
+        stats.refused_unplaced += solver.refused_unplaced
         stats.proved_everywhere += solver.proved_everywhere
         stats.filtered += solver.filtered
         stats.placements += solver.placements

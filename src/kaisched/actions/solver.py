@@ -19,6 +19,9 @@ For a pending job P with tasks T (its next gang, or one more elastic pod):
   stay evicted, and a victim gang left below its minimum is evicted whole. P must be placed entirely and every
   validator must accept the scenario; otherwise this node's evictions are rolled back and the next node is
   tried.
+* **Validate first** (:mod:`kaisched.actions.settled_victims`): where no victim could be placed again beside
+  P (by free whole GPUs) and no victim gang would be broken, the validators' verdict after the simulation is
+  their verdict on the evictions alone; a scenario they refuse there is refused before anything is placed.
 * **Moves only** (consolidation: every victim must be placed again): a scenario is rejected without
   simulation when P's and the victims' whole-GPU pods cannot be packed into the GPUs there would be
   (:class:`MovePacking`, a relaxation that never rejects a scenario the simulation could solve), and a
@@ -47,6 +50,7 @@ from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job, claims_key
 from kaisched.actions.proofs import ScenarioProof
 from kaisched.actions.search_budget import GeneratorSearchBudget
+from kaisched.actions.settled_victims import victims_stay_evicted
 from kaisched.actions.victims import Chunk, ChunkSequence, VictimOrder, VictimQueue
 from kaisched.actions.warm import RecordedVictims, WarmEvictions, exact_accounting
 from kaisched.framework.scenario import Scenario, VictimJob
@@ -73,6 +77,9 @@ class SearchShortcuts:
         self.warm_simulations = True
         #: skip the scenarios :class:`~kaisched.actions.proofs.ScenarioProof` proves to fail
         self.prove_failures = True
+        #: validate a scenario before placing anything where no victim can be placed again
+        #: (:mod:`kaisched.actions.settled_victims`)
+        self.validate_first = True
 
 
 SHORTCUTS = SearchShortcuts()
@@ -120,6 +127,7 @@ class VictimSolver:
         self._answers: list[BoolArray] = []  # the distinct ones
         self.simulations = 0
         self.proved = 0  # scenarios proved to fail, not simulated
+        self.refused_unplaced = 0  # scenarios the validators refused before placing (victims that stay evicted)
         self.proved_everywhere = 0  # partial jobs whose every single-node scenario was proved to fail at once
         self.victim_jobs = victim_jobs
         self.partial_solves = 0
@@ -314,20 +322,23 @@ class VictimSolver:
         if self._warm is not None:
             return self._simulate_warm(stmt, tasks, evict, feasible, self._warm)
         ssn, p = self.ssn, self.preemptor
-        self.simulations += 1
         checkpoint = stmt.checkpoint()
-        scenario = Scenario(self.action, p, tasks)
         mask = feasible.copy()  # where victims may be put again: the feasible nodes and the victims' nodes
         p_mask = np.zeros(len(mask), dtype=np.bool_)  # P goes onto what the victims release
+        where = [t.node for t in evict if t.node >= 0]
+        mask[where] = True
+        p_mask[where] = True
+        if SHORTCUTS.validate_first and not self.moves_only and victims_stay_evicted(ssn.nodes, tasks, evict, mask) \
+                and self._refused_unplaced(stmt, tasks, evict):
+            return None
+        self.simulations += 1
+        scenario = Scenario(self.action, p, tasks)
         # jobs are ordered as they stand before the evictions
         jobs = {t.job.key: t.job for t in evict if t.job is not None}
         queue = JobsQueue(ssn, [p, *jobs.values()])
         for t in evict:
             if t.job is not None:
                 scenario.add_victims(t.job, [t])
-            if t.node >= 0:
-                mask[t.node] = True
-                p_mask[t.node] = True
             stmt.evict(t, action=self.action, preemptor=p.key, message="")  # messages: see run()
             ssn.revivable.add(t.uid)
         try:
@@ -345,6 +356,20 @@ class VictimSolver:
             return scenario
         stmt.rollback(checkpoint)
         return None
+
+    def _refused_unplaced(self, stmt: Statement, tasks: list[TaskInfo], evict: list[TaskInfo]) -> bool:
+        """The validators refuse the scenario on its evictions alone, which is their verdict after any simulation
+        when no victim can be placed again (kaisched.actions.settled_victims); the evictions are rolled back."""
+        checkpoint = stmt.checkpoint()
+        scenario = Scenario(self.action, self.preemptor, tasks)
+        for t in evict:
+            if t.job is not None:
+                scenario.add_victims(t.job, [t])
+            stmt.evict(t, action=self.action, preemptor=self.preemptor.key, message="")
+        refused = not all(v(scenario) for v in self.validators)
+        stmt.rollback(checkpoint)
+        self.refused_unplaced += refused
+        return refused
 
     def _simulate_warm(self, stmt: Statement, tasks: list[TaskInfo], evict: list[TaskInfo], feasible: BoolArray,
                        warm: WarmEvictions) -> Scenario | None:

@@ -286,9 +286,19 @@ def _exact(ssn: Session) -> bool:
 
 
 def _on_grid(values: FloatArray, bound: float) -> bool:
-    """Whole numbers, or multiples of 1/1024, whose sums stay below ``bound``, which is below 2**53 units
-    (the units being 1 or 1/1024): sums and differences of them are exact floats."""
-    if bound < 2.0**53 and bool(np.all(values == np.floor(values))):
+    """Multiples of one power of two ``unit`` (at least 1/1024: whole numbers, binary fractions of a GPU, bytes
+    of memory that are multiples of a MiB...) whose sums stay below ``bound`` < 2**53 units: every sum and
+    difference of them is then a multiple of ``unit`` of magnitude below 2**53 units, an exact float. The unit
+    is the largest power of two dividing every value (memory in bytes is usually a multiple of 2**20 or more,
+    so a cluster's total memory in bytes, above 2**53, still sums exactly)."""
+    scaled = values * _GRID  # exact: a power of two
+    if not bool(np.all(scaled == np.floor(scaled))):
+        return False
+    magnitudes = np.abs(scaled)
+    if magnitudes.size == 0 or float(magnitudes.max()) == 0.0:
         return True
-    scaled = values * _GRID
-    return bound < 2.0**43 and bool(np.all(scaled == np.floor(scaled)))
+    if float(magnitudes.max()) >= 2.0**62:
+        return False
+    mask = int(np.bitwise_or.reduce(magnitudes.astype(np.int64)))
+    unit = float(mask & -mask) / _GRID  # the lowest bit any value has: every value is a multiple of it
+    return bound / unit < 2.0**53

@@ -15,6 +15,7 @@ class ActionSearchStats:
     partial_solves: int = 0  # partial jobs solved for (k = 1, 2, ... pods of a gang)
     simulations: int = 0  # scenarios simulated (a winner's replay included)
     proved: int = 0  # scenarios proved to fail without simulating them (kaisched.actions.proofs)
+    refused_unplaced: int = 0  # scenarios the validators refused before anything was placed (settled_victims)
     proved_everywhere: int = 0  # partial jobs for which every single-node scenario was proved at once (not walked)
     filtered: int = 0  # scenarios the filters rejected before simulating them
     placements: int = 0  # job placements tried inside simulations (the preemptor's and its victims')

@@ -309,9 +309,9 @@ class ReclaimRules:
         """The loop guard as a reclaim victim filter, so that the search does not try scenarios the validator
         would refuse: False (no candidate) when the victim's queue, having lost the victim job's first chunk
         (one pod of a job above its minimum, else all its active pods) and with the first in job order of its
-        head and that job as its next job, would already be ordered before the reclaimer's queue with its head
-        (losing more only orders it earlier). Remembered per victim job and per reclaimer until a statement
-        commits."""
+        head and that job as its next job (ordered as the validator sees it: with that chunk evicted), would
+        already be ordered before the reclaimer's queue with its head (losing more only orders it earlier).
+        Remembered per victim job and per reclaimer until a statement commits."""
         reclaimer = self.queues.get(preemptor.queue)
         leaf = self.queues.get(victim.queue)
         if reclaimer is None or leaf is None:
@@ -343,7 +343,7 @@ class ReclaimRules:
             else:
                 first = active
             taken = job_request(first)
-            nexts = [(ssn.cached_job_order_key(victim), taken)]
+            nexts = [(self._key_without(victim, first), taken)]
             head = heads.get(leaf.name)
             if head is not None:
                 nexts.append((head[0], head[2]))
@@ -353,6 +353,19 @@ class ReclaimRules:
             b_key = self._victim_keys[(victim.uid, b_lvl.name)] = queue_order_key(
                 b_lvl, b_used, _add(b_used, b_req), b_used)
         return not b_key < a_key
+
+    def _key_without(self, job: PodGroupInfo, evicted: list[TaskInfo]) -> tuple[object, ...]:
+        """The job order key ``job`` has once ``evicted`` (some of its active tasks) are evicted: the key the
+        validator reads of a victim job (a job below its minimum goes first, spec 4.5). The tasks' statuses are
+        set to Releasing for the time of the call and restored; nothing else reads them meanwhile."""
+        before = [t.status for t in evicted]
+        for t in evicted:
+            t.status = TaskStatus.RELEASING
+        try:
+            return self.ssn.job_order_key(job)
+        finally:
+            for t, status in zip(evicted, before, strict=True):
+                t.status = status
 
     def allocate_would_undo(self, scenario: Scenario, reclaimer: QueueAttributes, req: Vec3,
                             allocated: dict[str, Vec3]) -> bool:
