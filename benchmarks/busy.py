@@ -6,9 +6,9 @@ gangs of 4-64 pods). Each size runs one full cycle of KAI's five default actions
 beforehand (snapshot to result, as Kubernetes mode runs it), in a fresh interpreter, twice side by side:
 
 * **kaisched**: the victim search as shipped;
-* **full search**: the same with ``kaisched.actions.solver.SHORTCUTS.prove_failures`` off — every scenario the
-  filters let through is simulated (the reference the decisions must equal; skipped past ``--reference-up-to``
-  nodes).
+* **full search**: the same with ``kaisched.actions.solver.SHORTCUTS.prove_failures`` and ``validate_first``
+  off — every scenario the filters let through is simulated in full (the reference the decisions must equal;
+  skipped past ``--reference-up-to`` nodes).
 
 It prints per size the cycle time, each action's time, what the searches cost per preemptor (simulations,
 scenarios proved to fail, job placements tried in simulations), whether both decided identically, the
@@ -56,7 +56,7 @@ def _worker(nodes: int, mode: str) -> dict[str, Any]:
     gen_s = time.perf_counter() - t0
     cfg = resolve_config(None)
     parsed = prepare(parse_objects(cluster.objects), cfg, alloc.NOW)
-    SHORTCUTS.prove_failures = mode == "kaisched"
+    SHORTCUTS.prove_failures = SHORTCUTS.validate_first = mode == "kaisched"
     gc.collect()
     t0 = time.perf_counter()
     with no_cyclic_gc():

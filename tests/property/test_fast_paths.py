@@ -95,7 +95,8 @@ def simulations_from_scratch() -> Iterator[None]:
     """Every simulation evicts all of its victims from the state the solver started from (nothing kept in
     place between simulations, the filter's jump vectorised from scratch), and the reclaim validator walks
     every chunk."""
-    with shortcut_off("warm_simulations"), mock.patch.object(ReclaimRules, "by_totals", False):
+    with shortcut_off("warm_simulations"), mock.patch.object(ReclaimRules, "by_totals", False), \
+            mock.patch.object(ReclaimRules, "by_queue", False):
         yield
 
 
@@ -204,6 +205,12 @@ def test_warm_simulations_decide_as_simulating_from_scratch_on_wide_reclaims(obj
 def test_validating_before_placing_decides_as_simulating(cluster: Cluster, actions: str | None) -> None:
     """Scenarios refused on their evictions alone where no victim can be placed again (settled_victims)."""
     decide_alike(cluster, actions, lambda: shortcut_off("validate_first"))
+
+
+@SETTINGS
+@given(eviction_clusters(), ACTION_CONFIGS)
+def test_the_loop_guard_selects_a_queues_victims_as_its_filter_does(cluster: Cluster, actions: str | None) -> None:
+    decide_alike(cluster, actions, lambda: mock.patch.object(ReclaimRules, "by_queue", False))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -81,6 +81,7 @@ class _BetweenCommits:
     commits: int  # ``ssn.commits`` it belongs to
     pool: list[PodGroupInfo] | None = None  # preemptible jobs with active pods
     pool_by_queue: dict[str, list[PodGroupInfo]] | None = None
+    pool_position: dict[str, int] | None = None
     lowest_priority: dict[str, int] | None = None  # per queue, the lowest priority of its pool's jobs
     victim_order: VictimOrder | None = None
     # (action, victims' ids) -> chunks: an action's own filters decide the walks a sequence replays
@@ -157,6 +158,19 @@ class EvictingAction(Action):
                 by_queue.setdefault(job.queue, []).append(job)
             shared.pool_by_queue = by_queue
         return shared.pool_by_queue.get(queue, [])
+
+    def pool_queues(self, ssn: Session) -> list[str]:
+        """The queues the pool's jobs are in, in the order of their first job in the pool."""
+        self.pool_of_queue(ssn, "")
+        by_queue = self.shared(ssn).pool_by_queue
+        return [] if by_queue is None else list(by_queue)
+
+    def pool_position(self, ssn: Session) -> dict[str, int]:
+        """Each pool job's position in the pool, by uid."""
+        shared = self.shared(ssn)
+        if shared.pool_position is None:
+            shared.pool_position = {job.uid: i for i, job in enumerate(self.preemptible_running(ssn))}
+        return shared.pool_position
 
     def lowest_priority_in_queue(self, ssn: Session, queue: str) -> int | None:
         """The lowest priority among the pool's jobs of one queue (None: the queue has none)."""
@@ -350,10 +364,31 @@ class ReclaimAction(EvictingAction):
 
     def victims(self, ssn: Session, job: PodGroupInfo) -> list[PodGroupInfo]:
         filters = ssn.reclaim_victim_filters
-        return [
-            v for v in self.preemptible_running(ssn)
-            if v is not job and v.queue != job.queue and all(f(job, v) for f in filters)
-        ]
+        selectors = ssn.reclaim_victim_selectors
+        if not selectors:
+            return [
+                v for v in self.preemptible_running(ssn)
+                if v is not job and v.queue != job.queue and all(f(job, v) for f in filters)
+            ]
+        # the selectors answer per victim queue (the loop guard: by the queues' order keys); then the filters on
+        # what they keep, in pool order
+        position = self.pool_position(ssn)
+        chosen: list[PodGroupInfo] = []
+        for queue_name in self.pool_queues(ssn):
+            if queue_name == job.queue:
+                continue
+            pool = self.pool_of_queue(ssn, queue_name)
+            kept: list[PodGroupInfo] | None = None
+            for select in selectors:
+                picked = [v for v in select(job, queue_name, pool) if v.uid in position]
+                if kept is not None:
+                    ids = {v.uid for v in picked}
+                    picked = [v for v in kept if v.uid in ids]
+                kept = picked
+            if kept:
+                chosen.extend(kept)
+        chosen.sort(key=lambda v: position[v.uid])
+        return [v for v in chosen if v is not job and all(f(job, v) for f in filters)]
 
     def validators(self, ssn: Session) -> list[Validator]:
         return [*ssn.reclaim_scenario_validators, *storm_guard(ssn)]

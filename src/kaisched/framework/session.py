@@ -54,6 +54,9 @@ TopologySubsets = list[tuple[BoolArray, "npt.NDArray[np.float64] | None"]]
 SubsetNodes = Callable[[PodGroupInfo, str, TopologyConstraint, list[TaskInfo], BoolArray],
                        "TopologySubsets | FitError"]
 VictimFilter = Callable[[PodGroupInfo, PodGroupInfo], bool]  # (pending job, victim job) -> keep victim
+# (pending job, a victim queue, that queue's victim pool in pool order) -> the pool's jobs that may be victims, as a
+# victim filter would keep them, answered for the whole queue at once (possibly with jobs since gone from the pool)
+VictimSelector = Callable[[PodGroupInfo, str, list[PodGroupInfo]], list[PodGroupInfo]]
 ScenarioValidator = Callable[[Scenario], bool]
 JobPredicate = Callable[[PodGroupInfo], bool]
 
@@ -109,6 +112,7 @@ class Session:
         self.job_capacity_check: JobCapacityCheck | None = None
         # eviction actions (spec 4.9-4.14): all filters/validators must agree; CanReclaim: first registered
         self.reclaim_victim_filters: list[VictimFilter] = []
+        self.reclaim_victim_selectors: list[VictimSelector] = []
         self.preempt_victim_filters: list[VictimFilter] = []
         self.reclaim_scenario_validators: list[ScenarioValidator] = []
         self.preempt_scenario_validators: list[ScenarioValidator] = []
@@ -203,6 +207,7 @@ class Session:
         for hooks in (self.job_order_keys, self.task_order_keys, self.pod_set_order_keys, self.predicates,
                       self.static_predicates, self.pre_predicates, self.node_scorers, self.gpu_order_fns,
                       self.allocate_handlers, self.deallocate_handlers, self.reclaim_victim_filters,
+                      self.reclaim_victim_selectors,
                       self.preempt_victim_filters, self.reclaim_scenario_validators,
                       self.preempt_scenario_validators, self.job_solution_start_handlers):
             hooks.clear()

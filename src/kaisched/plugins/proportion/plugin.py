@@ -210,7 +210,7 @@ class ProportionPlugin(Plugin):
         self.reclaim = ReclaimRules(self.queues, self.total, self.saturation_multiplier, ssn)
         ssn.set_can_reclaim_resources(self.reclaim.can_reclaim)
         ssn.reclaim_scenario_validators.append(self.reclaim.validate)
-        ssn.reclaim_victim_filters.append(self.reclaim.loop_filter)
+        ssn.reclaim_victim_selectors.append(self.reclaim.select_victims)  # (the loop guard's loop_filter, by queue)
         ssn.job_solution_start_handlers.append(self.reclaim.on_job_solution_start)
 
     def _compute_fair_shares(self) -> None:

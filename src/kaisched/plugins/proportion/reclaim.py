@@ -47,6 +47,9 @@ Interpretation choices (where the spec leaves room, and how they relate to KAI's
 
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass
+
 from kaisched.framework.scenario import Scenario, VictimJob, common_prefix
 from kaisched.framework.session import Session
 from kaisched.model.job import PodGroupInfo, PodSetInfo
@@ -63,6 +66,16 @@ from kaisched.plugins.proportion.plugin import (
 )
 
 _NO_LIMIT: Vec3 = [UNLIMITED, UNLIMITED, UNLIMITED]
+
+
+@dataclass(slots=True)
+class _LoopGroup:
+    """One victim queue's pool ordered by the loop guard's key of B' (see ``ReclaimRules.select_victims``)."""
+
+    stamp: tuple[tuple[float, ...], tuple[float, ...]]  # (the victim queue's, B''s) allocations it was made at
+    keys: list[tuple[object, ...]]  # ascending
+    jobs: list[PodGroupInfo]  # in key order
+    always: list[PodGroupInfo]  # jobs with no active pod: always candidates
 
 
 def _add(a: Vec3, b: Vec3) -> Vec3:
@@ -184,6 +197,8 @@ class ReclaimRules:
         self._filter_commits = -1
         self._victim_keys: dict[tuple[str, str], tuple[object, ...]] = {}
         self._reclaimer_keys: dict[tuple[str, str], tuple[object, ...]] = {}
+        # the victim selector's groups: (victim leaf, B') -> the leaf's pool sorted by key (see select_victims)
+        self._loop_groups: dict[tuple[str, str], _LoopGroup] = {}
 
     # ---- gate ------------------------------------------------------------------------------------
     def can_reclaim(self, job: PodGroupInfo) -> bool:
@@ -311,48 +326,109 @@ class ReclaimRules:
         (one pod of a job above its minimum, else all its active pods) and with the first in job order of its
         head and that job as its next job (ordered as the validator sees it: with that chunk evicted), would
         already be ordered before the reclaimer's queue with its head (losing more only orders it earlier).
-        Remembered per victim job and per reclaimer until a statement commits."""
+        Remembered per victim job and per reclaimer until a statement commits. (The reference for
+        :meth:`select_victims`, which answers the same for a whole victim queue at once.)"""
         reclaimer = self.queues.get(preemptor.queue)
         leaf = self.queues.get(victim.queue)
         if reclaimer is None or leaf is None:
             return True
-        ssn = self.ssn
-        if self._filter_commits != ssn.commits:
-            self._filter_commits = ssn.commits
+        if self._filter_commits != self.ssn.commits:
+            self._filter_commits = self.ssn.commits
             self._victim_keys = {}
             self._reclaimer_keys = {}
-        heads = self._heads
-        if heads is None:
-            heads = self._heads = self._next_heads()
         a_lvl, b_lvl = self.leveled(reclaimer, leaf)
+        a_key = self._reclaimer_key(preemptor, reclaimer, a_lvl)
+        b_key = self._victim_keys.get((victim.uid, b_lvl.name))
+        if b_key is None:
+            b_key = self._victim_key(victim, leaf, b_lvl)
+            if b_key is None:
+                return True
+            self._victim_keys[(victim.uid, b_lvl.name)] = b_key
+        return not b_key < a_key
+
+    #: select a queue's victims by its sorted keys (:meth:`select_victims`); tests compare it with the filter
+    by_queue = True
+
+    def select_victims(self, preemptor: PodGroupInfo, queue_name: str, pool: list[PodGroupInfo]
+                       ) -> list[PodGroupInfo]:
+        """:meth:`loop_filter` for every job of one victim queue's pool at once (a reclaim victim selector): the
+        pool's jobs sorted by their queue-order keys once, kept while the victim queue's and B''s allocations
+        stay as they are (a job whose state changes changes its queue's allocation, or leaves the pool: the
+        caller drops jobs gone from it), and the reclaimer's key looked up among them. Same answers."""
+        if not self.by_queue:
+            return [v for v in pool if self.loop_filter(preemptor, v)]
+        reclaimer = self.queues.get(preemptor.queue)
+        leaf = self.queues.get(queue_name)
+        if reclaimer is None or leaf is None:
+            return pool
+        if self._filter_commits != self.ssn.commits:
+            self._filter_commits = self.ssn.commits
+            self._victim_keys = {}
+            self._reclaimer_keys = {}
+        a_lvl, b_lvl = self.leveled(reclaimer, leaf)
+        stamp = (tuple(leaf.allocated), tuple(b_lvl.allocated))
+        group = self._loop_groups.get((leaf.name, b_lvl.name))
+        if group is None or group.stamp != stamp:
+            group = self._loop_groups[(leaf.name, b_lvl.name)] = self._loop_group(pool, leaf, b_lvl, stamp)
+        if not group.keys:
+            return group.always
+        a_key = self._reclaimer_key(preemptor, reclaimer, a_lvl)
+        passing = group.jobs[bisect.bisect_left(group.keys, a_key):]  # not b_key < a_key
+        return group.always + passing if group.always else passing
+
+    def _loop_group(self, pool: list[PodGroupInfo], leaf: QueueAttributes, b_lvl: QueueAttributes,
+                    stamp: tuple[tuple[float, ...], tuple[float, ...]]) -> _LoopGroup:
+        always: list[PodGroupInfo] = []
+        keyed: list[tuple[tuple[object, ...], PodGroupInfo]] = []
+        for victim in pool:
+            key = self._victim_key(victim, leaf, b_lvl)
+            if key is None:
+                always.append(victim)
+            else:
+                keyed.append((key, victim))
+        keyed.sort(key=lambda e: e[0])  # (stable: equal keys keep pool order; the caller sorts by it anyway)
+        return _LoopGroup(stamp, [k for k, _ in keyed], [v for _, v in keyed], always)
+
+    def _reclaimer_key(self, preemptor: PodGroupInfo, reclaimer: QueueAttributes, a_lvl: QueueAttributes
+                       ) -> tuple[object, ...]:
+        """A' ordered with the reclaimer's head (or the reclaimer) as its next job, until the next commit."""
         a_key = self._reclaimer_keys.get((preemptor.uid, a_lvl.name))
         if a_key is None:
+            heads = self._heads
+            if heads is None:
+                heads = self._heads = self._next_heads()
             head = heads.get(reclaimer.name)
-            req = job_request(ssn.tasks_to_allocate(preemptor)) if head is None or head[1] is preemptor \
+            req = job_request(self.ssn.tasks_to_allocate(preemptor)) if head is None or head[1] is preemptor \
                 else head[2]
             a_used = a_lvl.allocated
             a_key = self._reclaimer_keys[(preemptor.uid, a_lvl.name)] = queue_order_key(
                 a_lvl, a_used, _add(a_used, req), a_used)
-        b_key = self._victim_keys.get((victim.uid, b_lvl.name))
-        if b_key is None:
-            active = [t for t in victim.tasks if t.is_settled_active]
-            if not active:
-                return True
-            if any(ps.active_allocated > ps.min_available for ps in victim.pod_sets.values()):
-                first = [min(active, key=ssn.task_order_key)]
-            else:
-                first = active
-            taken = job_request(first)
-            nexts = [(self._key_without(victim, first), taken)]
-            head = heads.get(leaf.name)
-            if head is not None:
-                nexts.append((head[0], head[2]))
-            b_alloc = b_lvl.allocated
-            b_used = [b_alloc[0] - taken[0], b_alloc[1] - taken[1], b_alloc[2] - taken[2]]
-            b_req = min(nexts, key=lambda e: e[0])[1]
-            b_key = self._victim_keys[(victim.uid, b_lvl.name)] = queue_order_key(
-                b_lvl, b_used, _add(b_used, b_req), b_used)
-        return not b_key < a_key
+        return a_key
+
+    def _victim_key(self, victim: PodGroupInfo, leaf: QueueAttributes, b_lvl: QueueAttributes
+                    ) -> tuple[object, ...] | None:
+        """B' ordered once it lost the victim's first chunk, with the first in job order of the victim queue's
+        head and the victim as its next job; None when the victim has no active pod (always a candidate)."""
+        ssn = self.ssn
+        active = [t for t in victim.tasks if t.is_settled_active]
+        if not active:
+            return None
+        if any(ps.active_allocated > ps.min_available for ps in victim.pod_sets.values()):
+            first = [min(active, key=ssn.task_order_key)]
+        else:
+            first = active
+        taken = job_request(first)
+        nexts = [(self._key_without(victim, first), taken)]
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = self._next_heads()
+        head = heads.get(leaf.name)
+        if head is not None:
+            nexts.append((head[0], head[2]))
+        b_alloc = b_lvl.allocated
+        b_used = [b_alloc[0] - taken[0], b_alloc[1] - taken[1], b_alloc[2] - taken[2]]
+        b_req = min(nexts, key=lambda e: e[0])[1]
+        return queue_order_key(b_lvl, b_used, _add(b_used, b_req), b_used)
 
     def _key_without(self, job: PodGroupInfo, evicted: list[TaskInfo]) -> tuple[object, ...]:
         """The job order key ``job`` has once ``evicted`` (some of its active tasks) are evicted: the key the
