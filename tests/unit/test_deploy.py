@@ -8,6 +8,9 @@
   nothing pruned. The validator for the OpenAPI subset the CRDs use is below; tests/kube/test_crds.py checks
   the same rules and columns on a real API server.
 * The ClusterRole grants exactly what the scheduler does (table below), nothing with ``*``.
+* The leader-election fencing policy (``fencing.yaml``, a ValidatingAdmissionPolicy with the Lease as its parameter)
+  matches every kind the ClusterRole lets the scheduler write and no Lease, only the scheduler's ServiceAccount,
+  and names the Lease the Deployment contends for (tests/kube/test_fencing_contract.py runs it on a real server).
 * Default queues and priority classes have KAI's names and values; the config is one kaisched accepts.
 * With helm built (``scripts/helm.sh``), ``helm lint`` and ``helm template`` run on the chart.
 """
@@ -32,6 +35,7 @@ import yaml
 from kaisched.framework.config import DEFAULT_ACTIONS, DEFAULT_PLUGINS, SchedulerConfig, SchedulerParams, SearchBudgets
 from kaisched.k8s import constants as c
 from kaisched.k8s.parse import parse_objects
+from kaisched.kube.leader import FENCING_POLICY
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -838,6 +842,62 @@ def test_service_account_bindings_and_lease_role() -> None:
     assert role_binding["subjects"] == [subject]
 
 
+# ======================================================================================= fencing policy
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+
+
+def covered(rules: Sequence[Mapping[str, Any]], group: str, resource: str, operation: str) -> bool:
+    """Does one of a policy's ``resourceRules`` match ``operation`` on ``group``/``resource``?"""
+    return any(group in r["apiGroups"] and resource in r["resources"] and operation in r["operations"]
+               and r["apiVersions"] == ["*"] for r in rules)
+
+
+def fencing_objects(docs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    return one(docs, "ValidatingAdmissionPolicy", FENCING_POLICY), one(docs, "ValidatingAdmissionPolicyBinding",
+                                                                        FENCING_POLICY)
+
+
+def test_the_fencing_policy_fences_every_write_of_the_scheduler_and_nothing_else() -> None:
+    docs = plain("fencing.yaml")
+    assert len(docs) == 2
+    policy, binding = fencing_objects(docs)
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    spec = policy["spec"]
+    assert spec["paramKind"] == {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
+    assert spec["failurePolicy"] == "Fail"
+    # every write the ClusterRole allows (patch is an UPDATE for admission), and deletes; never a Lease
+    rules = spec["matchConstraints"]["resourceRules"]
+    writes = {(g, r, v) for g, r, v in granted(one(plain("rbac.yaml"), "ClusterRole")["rules"]) if v not in _READ}
+    assert writes, "the ClusterRole grants no write?"
+    operation = {"create": "CREATE", "patch": "UPDATE", "update": "UPDATE", "delete": "DELETE"}
+    assert [w for w in sorted(writes) if not covered(rules, w[0], w[1], operation[w[2]])] == []
+    assert all(covered(rules, g, r, "DELETE") for g, r, _ in writes)
+    assert not any("coordination.k8s.io" in r["apiGroups"] or "leases" in r["resources"] or "*" in r["resources"]
+                   for r in rules)
+    # only the scheduler's ServiceAccount (other clients are never matched)
+    assert spec["matchConditions"] == [{
+        "name": "scheduler-service-account",
+        "expression": f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}'"}]
+    # the pod the token is bound to must be the one the Lease's holder names: kaisched's identity is
+    # <pod>_<random> (kaisched.kube.leader.default_identity)
+    variables = {v["name"]: " ".join(v["expression"].split()) for v in spec["variables"]}
+    assert f"request.userInfo.extra['{POD_NAME_EXTRA}'][0]" in variables["pod"]
+    assert "params.spec.holderIdentity" in variables["holder"]
+    [validation] = spec["validations"]
+    expression = " ".join(validation["expression"].split())
+    assert expression == ("variables.pod != '' && (variables.holder == variables.pod || "
+                          "variables.holder.startsWith(variables.pod + '_'))")
+    assert validation["reason"] == "Forbidden"  # 403
+    assert validation["messageExpression"].startswith(f"'{FENCING_POLICY}: ")  # what kaisched's writer recognises
+    # bound to the Lease the Deployment contends for, in the scheduler's namespace; a missing Lease must not block
+    # every other user (the server resolves the parameter before matchConditions)
+    bspec = binding["spec"]
+    assert bspec["policyName"] == FENCING_POLICY and bspec["validationActions"] == ["Deny"]
+    args = one(plain("scheduler.yaml"), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert bspec["paramRef"] == {"name": args[args.index("--lease-name") + 1], "namespace": NAMESPACE,
+                                 "parameterNotFoundAction": "Allow"}
+
+
 # ========================================================================================= scheduler
 
 
@@ -978,7 +1038,7 @@ def test_every_value_the_templates_use_is_declared() -> None:
 
 
 def test_plain_manifests_say_they_are_generated() -> None:
-    for name in ("rbac.yaml", "scheduler.yaml", "defaults.yaml"):
+    for name in ("rbac.yaml", "scheduler.yaml", "defaults.yaml", "fencing.yaml"):
         head = (DEPLOY / name).read_text(encoding="utf-8").splitlines()[0]
         assert head.startswith("# Generated by deploy/render.sh"), name
 
@@ -1034,7 +1094,8 @@ def test_plain_manifests_are_rendered_from_the_chart(helm: str, tmp_path: Path) 
     out = subprocess.run([str(DEPLOY / "render.sh"), str(tmp_path)], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "HELM": helm})
     assert out.returncode == 0, out.stderr
-    for name in ("rbac.yaml", "scheduler.yaml", "defaults.yaml", *(f"crds/{p.name}" for p in CHART_CRDS.glob("*"))):
+    for name in ("rbac.yaml", "scheduler.yaml", "defaults.yaml", "fencing.yaml",
+                 *(f"crds/{p.name}" for p in CHART_CRDS.glob("*"))):
         stale = f"deploy/{name} is stale: run deploy/render.sh"
         assert (tmp_path / name).read_text() == (DEPLOY / name).read_text(), stale
 
@@ -1044,7 +1105,7 @@ def test_helm_install_renders_everything(helm: str) -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds.count("CustomResourceDefinition") == 3
     for kind in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                 "ConfigMap", "Deployment", "Service"):
+                 "ConfigMap", "Deployment", "Service", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
         assert kinds.count(kind) == 1, kind
     assert kinds.count("Queue") == 2 and kinds.count("PriorityClass") == 4
 
@@ -1068,6 +1129,7 @@ def test_helm_values_change_the_rendering(helm: str) -> None:
     assert container["ports"][0]["containerPort"] == 9090
     assert container["resources"]["requests"]["cpu"] == 2
     assert one(docs, "Service")["spec"]["ports"][0]["port"] == 9090
+    assert not find(docs, "ValidatingAdmissionPolicy"), "no fencing policy without leader election"
 
 
 def test_helm_refuses_two_replicas_without_leader_election(helm: str) -> None:
@@ -1081,6 +1143,27 @@ def test_helm_installs_on_the_supported_kubernetes_versions_only(helm: str) -> N
         assert one(helm_template(helm, kube_version=version), "Deployment"), version
     out = run_helm_template(helm, kube_version="1.28.9")
     assert out.returncode != 0 and "chart requires kubeVersion: >=1.29.0-0" in out.stderr, out.stderr
+
+
+def test_helm_fencing_policy_values(helm: str) -> None:
+    """Rendered on 1.30+ (admissionregistration.k8s.io/v1 GA) with leader election; follows the namespace and the
+    Lease name; can be turned off or set to failurePolicy Ignore."""
+    docs = helm_template(helm, "--set", "namespace=gpu-sched", "--set", "leaderElection.leaseName=sched-lease",
+                         "--set", "leaderElection.fencingPolicy.failurePolicy=Ignore")
+    policy, binding = fencing_objects(docs)
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+    assert policy["spec"]["matchConditions"][0]["expression"].endswith("'system:serviceaccount:gpu-sched:kaisched'")
+    param = binding["spec"]["paramRef"]
+    assert (param["name"], param["namespace"]) == ("sched-lease", "gpu-sched")
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--lease-name") + 1] == "sched-lease"
+    off = helm_template(helm, "--set", "leaderElection.fencingPolicy.enabled=false")
+    assert not find(off, "ValidatingAdmissionPolicy") and not find(off, "ValidatingAdmissionPolicyBinding")
+    assert "--leader-elect" in one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not find(helm_template(helm, kube_version="1.29.9"), "ValidatingAdmissionPolicy")  # (v1beta1 only)
+    assert fencing_objects(helm_template(helm, kube_version="1.30.0"))
+    out = run_helm_template(helm, "--set", "leaderElection.fencingPolicy.failurePolicy=Deny")
+    assert out.returncode != 0 and "must be Fail or Ignore" in out.stderr, out.stderr
 
 
 def test_helm_config_values_reach_the_config_map(helm: str) -> None:

@@ -9,6 +9,10 @@ margin, and drops a plan made under a lease it no longer holds.
   ``kai_fenced_writes_dropped_total``, in-flight binds are forgotten, and nothing is written afterwards.
 - The scheduling loop: no cycle under a term that does not hold its Lease, and the plan of a cycle whose term ended
   while it ran is not written.
+- Server-side fencing (the chart's ValidatingAdmissionPolicy, ``FENCING_POLICY``): a write the API server refuses
+  because of it is lost leadership: the writer drops the rest of the plan without failure reports and says so once
+  (``on_denied``), the elector abandons the term, the loop stops as on a lost Lease. Other refusals stay failures.
+  The identity in the Lease names the pod the policy compares with the token's (``<pod>_<random>``).
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ import structlog
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.kube.api import ApiError, Response
-from kaisched.kube.leader import LeaderElector
+from kaisched.kube.leader import FENCING_POLICY, LeaderElector, default_identity, identity_pod
 from kaisched.kube.metrics import SchedulerMetrics
 from kaisched.kube.operations import Bind, Event, ObjectRef
 from kaisched.kube.runner import KubeScheduler, RunOptions
-from kaisched.kube.writer import ClusterWriter, Fenced, FencedApi
+from kaisched.kube.writer import ClusterWriter, Failure, Fenced, FencedApi, is_fencing_denial
 
 NS, NAME = "kai-scheduler", "kai-scheduler"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"
@@ -280,6 +284,41 @@ def test_failing_renewals_keep_the_term_until_the_renew_deadline_only() -> None:
     assert record.log == ["started", "stopped"]
 
 
+def test_an_abandoned_term_ends_like_a_lapsed_one() -> None:
+    _, api, script, record, el = setup(stop_at=5)
+    checks: dict[str, Any] = {}
+
+    def denied_by_the_server() -> None:  # the fencing policy refused a write of term 1
+        checks["stale term"] = el.abandon(7, "not this term")
+        checks["abandoned"] = el.abandon(1, "the API server refused a write")
+        checks["again"] = el.abandon(1, "once is enough")
+        checks["holds"] = (el.holds(1), el.is_leader, el.valid_for())
+
+    script.at[2] = denied_by_the_server
+    run_loop(el, script)
+    assert checks["stale term"] is False and checks["abandoned"] is True and checks["again"] is False
+    assert checks["holds"] == (False, False, 0.0)  # (so the scheduler's shutdown does not release the Lease)
+    # it stopped leading right after that sleep, before it sent anything: the abandoned term is not renewed...
+    stopped = record.events[1]
+    assert stopped[0] == "stopped" and stopped[2] == script.resumed[2][1], (record.events, api.calls)
+    # ...then contended again (the Lease is still its own: nobody else runs here): a new term
+    assert record.log == ["started", "stopped", "started", "stopped"]
+    assert el.terms == 2
+
+
+def test_the_identity_names_the_pod_and_is_unique_per_process() -> None:
+    first = default_identity({"POD_NAME": "kaisched-7d9f8c6b5-x2x4q"}, hostname="ignored")
+    second = default_identity({"POD_NAME": "kaisched-7d9f8c6b5-x2x4q"})
+    for identity in (first, second):
+        pod, _, suffix = identity.partition("_")
+        assert pod == "kaisched-7d9f8c6b5-x2x4q" and len(suffix) == 8 and int(suffix, 16) >= 0
+        assert identity_pod(identity) == "kaisched-7d9f8c6b5-x2x4q"
+    assert first != second  # a restarted container is a new process: it never renews its predecessor's term
+    assert identity_pod(default_identity({}, hostname="node-a")) == "node-a"  # no POD_NAME: the host name
+    assert identity_pod("one") == "one"
+    assert RunOptions(identity="explicit").resolved_identity() == "explicit"
+
+
 # ------------------------------------------------------------------------------------------ the writer's fence
 STATUS_SUCCESS = {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
@@ -458,6 +497,82 @@ def test_a_writer_without_a_fence_writes_as_before(api: RecordingApi) -> None:
         writer.close(timeout=5)
 
 
+def denial(status: int = 403, pod: str = "ns/p0") -> ApiError:
+    """The API server's answer when the fencing policy refuses a write (403), or finds no Lease to check (422)."""
+    name = pod.rpartition("/")[2]
+    if status == 403:
+        detail = (f"{FENCING_POLICY}: pod replica-a does not hold the leader-election Lease kai-scheduler/"
+                  "kai-scheduler (holder: replica-b_0f3c9a1d)")
+    else:
+        detail = "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+    return ApiError(status, "Forbidden" if status == 403 else "Invalid",
+                    f'pods "{name}" is forbidden: ValidatingAdmissionPolicy \'{FENCING_POLICY}\' with binding '
+                    f"'{FENCING_POLICY}' denied request: {detail}")
+
+
+def test_fencing_denials_are_told_apart_from_other_refusals() -> None:
+    assert is_fencing_denial(denial(403)) and is_fencing_denial(denial(422))
+    assert not is_fencing_denial(ApiError(403, "Forbidden", 'pods "p" is forbidden: User "x" cannot create resource'))
+    assert not is_fencing_denial(ApiError(409, "Conflict", f"{FENCING_POLICY} in some other message"))
+    other_policy = "ValidatingAdmissionPolicy 'quota' with binding 'quota' denied request: too many pods"
+    assert not is_fencing_denial(ApiError(403, "Forbidden", other_policy))
+
+
+@pytest.mark.parametrize("status", [403, 422])
+def test_a_write_the_fencing_policy_refuses_is_lost_leadership(api: RecordingApi, status: int) -> None:
+    fence = Switch()  # the client-side fence still holds: only the server knows better
+    metrics = SchedulerMetrics()
+    failures: list[Failure] = []
+    told: list[ApiError] = []
+    writer = ClusterWriter(api, workers=1, fence=fence, metrics=metrics, on_failure=failures.append,
+                           on_denied=told.append, sleep=lambda s: None)
+
+    def refused() -> None:
+        raise denial(status)
+
+    api.on(*binding("p0"), refused)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert writer.submit([bind(f"p{i}") for i in range(4)]) == 4
+            assert writer.drain(5)
+        assert api.writes() == [binding("p0")]  # refused once, never retried; nothing after it
+        assert [e.status for e in told] == [status]  # told once
+        assert failures == [] and writer.failures == 0  # no FailedBinding report: it would be refused alike
+        assert writer.fenced and writer.stats()["deniedByPolicy"] is True
+        assert writer.in_flight_binds() == {}  # the refused bind did not happen either
+        assert writer.fenced_drops == 4 and fenced_total(metrics, "Bind") == 4
+        refusals = [e for e in logs if e["event"].endswith("denied by the fencing policy")]
+        assert [(e["request"], e["status"]) for e in refusals] == [("POST /api/v1/namespaces/ns/pods/p0/binding",
+                                                                     status)]
+        assert FENCING_POLICY in refusals[0]["message"]
+        # the next cycle's plan is dropped on arrival, and nobody is told twice
+        assert writer.submit([bind("p9")]) == 0
+        assert writer.drain(5) and api.writes() == [binding("p0")] and len(told) == 1
+    finally:
+        writer.close(timeout=5)
+
+
+def test_a_refusal_by_anything_else_is_an_ordinary_failure(api: RecordingApi) -> None:
+    failures: list[Failure] = []
+    told: list[ApiError] = []
+    writer = ClusterWriter(api, workers=1, fence=Switch(), on_failure=failures.append, on_denied=told.append)
+
+    def rbac() -> None:
+        raise ApiError(403, "Forbidden", 'pods "p0" is forbidden: User "system:serviceaccount:kai-scheduler:kaisched" '
+                                         'cannot create resource "pods/binding"')
+
+    api.on(*binding("p0"), rbac)
+    try:
+        writer.submit([bind("p0"), bind("p1")])
+        assert writer.drain(5)
+        assert [f.error.status for f in failures] == [403] and told == []
+        assert not writer.fenced
+        assert binding("p1") in api.writes()  # the rest of the plan goes on
+        assert ("POST", "/api/v1/namespaces/ns/events") in api.writes()  # the FailedBinding report
+    finally:
+        writer.close(timeout=5)
+
+
 # ------------------------------------------------------------------------------------------ the scheduling loop
 class FakeElector:
     """What the runner asks of its elector: the current term and whether a term holds."""
@@ -465,6 +580,7 @@ class FakeElector:
     def __init__(self) -> None:
         self.current = 1
         self.valid = True
+        self.abandoned: list[tuple[int, str]] = []
 
     @property
     def term(self) -> int:
@@ -472,6 +588,11 @@ class FakeElector:
 
     def holds(self, term: int) -> bool:
         return self.valid and term == self.current
+
+    def abandon(self, term: int, reason: str) -> bool:
+        self.abandoned.append((term, reason))
+        self.valid = False
+        return True
 
 
 def cluster_objects() -> dict[str, list[dict[str, Any]]]:
@@ -574,3 +695,29 @@ def test_the_loop_stops_as_on_a_lost_lease_when_the_fence_fails(
     sched.run_cycle = counting_cycle  # type: ignore[method-assign]
     assert sched._schedule_while_leading() == 1
     assert sched.cycles == lapse_after
+
+
+def test_the_loop_stops_as_on_a_lost_lease_when_the_server_refuses_a_write(
+    api: RecordingApi, scheduler: tuple[KubeScheduler, FakeElector]
+) -> None:
+    sched, elector = scheduler
+    sched.options.schedule_period = 0.01
+    sched._leading.set()
+
+    def refused() -> None:
+        raise denial(403, "ns/p")
+
+    api.on(*binding("p"), refused)
+    cycle = sched.run_cycle
+
+    def cycle_then_wait_for_the_writer() -> CycleResult:
+        out = cycle()
+        assert sched.writer is not None and sched.writer.drain(5)
+        return out
+
+    sched.run_cycle = cycle_then_wait_for_the_writer  # type: ignore[method-assign]
+    assert sched._schedule_while_leading() == 1  # exit 1: leadership lost, a standby takes over
+    assert sched.cycles == 1
+    assert [(term, FENCING_POLICY in reason) for term, reason in elector.abandoned] == [(1, True)]
+    assert api.writes().count(binding("p")) == 1  # no second attempt, no FailedBinding event
+    assert ("POST", "/api/v1/namespaces/ns/events") not in api.writes()

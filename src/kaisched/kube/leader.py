@@ -23,6 +23,17 @@
   Lease in between) ends the term too. :attr:`LeaderElector.is_leader` is ``holds(term)`` for the current
   term, so it turns False by itself even if the elector's thread is stuck.
 * :meth:`LeaderElector.release` (on shutdown) clears ``holderIdentity`` so that a successor acquires at once.
+* **Server-side fencing**: what the check above cannot call back is a request that had passed it when the process
+  froze and reaches the server after it resumes. The Helm chart installs a ValidatingAdmissionPolicy
+  (:data:`FENCING_POLICY`, ``deploy/helm/kaisched/templates/fencing.yaml``) with this Lease as its parameter: the API
+  server denies every write of the scheduler's ServiceAccount (the Lease's own excepted) unless the pod its token
+  is bound to (``authentication.kubernetes.io/pod-name``) is the one ``holderIdentity`` names (:func:`identity_pod`).
+  A write refused by it ends the term (:meth:`LeaderElector.abandon`), as a lapse does.
+* **Identity** (:func:`default_identity`): ``<pod>_<8 hex digits>``, ``<pod>`` being ``$POD_NAME`` (the chart sets it
+  from the downward API), else the host name (a pod's host name is its name, unless it uses the host's network or
+  sets ``hostname``); the random part makes it unique per process, so that two processes never both hold the Lease,
+  not even a container restarted in the same pod. :func:`identity_pod` gives the pod back: the part before the
+  first ``_``, which a pod name (a DNS subdomain) never contains; the fencing policy compares the same part.
 
 Callbacks run on the elector's thread and must return quickly (start your own thread for real work).
 """
@@ -31,21 +42,40 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
+import socket
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.kube.api import JSON, Api, ApiError
 from kaisched.kube.resources import LEASE
 
-__all__ = ["JITTER_FACTOR", "LeaderElector", "micro_time"]
+__all__ = ["FENCING_POLICY", "JITTER_FACTOR", "LeaderElector", "default_identity", "identity_pod", "micro_time"]
 
 log = logging.getLogger(__name__)
 
 JITTER_FACTOR = 1.2  # client-go's JitterFactor for acquire retries
+#: name of the chart's ValidatingAdmissionPolicy (and its binding) that fences the scheduler's writes server-side;
+#: the API server names it in every denial, and the policy's own message starts with it
+FENCING_POLICY = "kaisched-leader-fencing"
+
+
+def default_identity(environ: Mapping[str, str] | None = None, hostname: str | None = None) -> str:
+    """This process's identity in the Lease: ``<pod>_<8 hex digits>``, ``<pod>`` being ``$POD_NAME``, else the host
+    name (see the module docstring: the fencing policy admits the writes of the pod named before the ``_``)."""
+    env = os.environ if environ is None else environ
+    pod = env.get("POD_NAME") or hostname or socket.gethostname()
+    return f"{pod}_{uuid.uuid4().hex[:8]}"
+
+
+def identity_pod(identity: str) -> str:
+    """The pod an identity of :func:`default_identity` names (the identity itself when it has no ``_``)."""
+    return identity.partition("_")[0]
 
 
 def micro_time(moment: datetime) -> str:
@@ -54,7 +84,7 @@ def micro_time(moment: datetime) -> str:
 
 
 class LeaderElector:
-    """Contend for the Lease ``namespace/name`` as ``identity`` (unique per process, e.g. host + uuid)."""
+    """Contend for the Lease ``namespace/name`` as ``identity`` (unique per process: :func:`default_identity`)."""
 
     def __init__(
         self,
@@ -110,6 +140,7 @@ class LeaderElector:
         self._leading = False
         self._last_renew = -math.inf  # clock() when the last successful write of the Lease was sent
         self._lapsed = False  # the current term's lease validity ran out (never valid again)
+        self._abandoned: str | None = None  # why the current term was abandoned (abandon()), if it was
         self._term_transitions: int | None = None  # the Lease's leaseTransitions when the term began
         self._last_leader: str | None = None
         #: times this elector became leader (the number of the current or last term)
@@ -148,6 +179,20 @@ class LeaderElector:
             if not self._holds(self.terms):
                 return 0.0
             return max(0.0, self._last_renew + self.renew_deadline - self._clock())
+
+    def abandon(self, term: int, reason: str) -> bool:
+        """End ``term`` as if its lease had lapsed: the API server refused one of its writes because it does not see
+        this replica as the holder (the fencing policy, :data:`FENCING_POLICY`). :meth:`holds` and :attr:`is_leader` are
+        False for it from now on (so the scheduler's shutdown does not release the Lease) and the elector stops leading
+        at its next round, without renewing it. True when ``term`` was the current, unlapsed term."""
+        with self._lock:
+            if not self._leading or term != self.terms or self._lapsed:
+                return False
+            self._lapsed = True
+            self._abandoned = reason
+        log.warning("leader election: %s abandons term %d of Lease %s/%s: %s", self.identity, term, self.namespace,
+                    self.name, reason)
+        return True
 
     def _holds(self, term: int) -> bool:  # with the lock held
         if not self._leading or term != self.terms or term <= 0 or self._lapsed:
@@ -323,6 +368,9 @@ class LeaderElector:
             with self._lock:
                 term = self.terms
                 lapsed = not self._holds(term)
+                abandoned = self._abandoned is not None
+            if abandoned:  # (abandon() logged why)
+                return
             if lapsed:  # the process was paused, or the thread starved, past the renew deadline
                 log.warning("leader election: %s's lease on %s/%s lapsed (no renewal sent for %.1fs, the renew "
                             "deadline): term %d ends, nothing more is written in it", self.identity,
@@ -361,6 +409,7 @@ class LeaderElector:
         with self._lock:
             self._leading = True
             self._lapsed = False
+            self._abandoned = None
             self.terms += 1
             term = self.terms
             self._term_transitions = _positive_int((self._observed_spec or {}).get("leaseTransitions"))

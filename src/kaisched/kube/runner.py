@@ -25,17 +25,16 @@ Fencing: each cycle belongs to the leadership term current when it starts
 when the fence fails at its start; the writer asks the fence again for the batch and before every request, and
 once it fails drops the rest of the plan (:mod:`kaisched.kube.writer`). The first failed fence ends the
 replica's leadership as a lost Lease does (exit 1), so a replica that was paused (SIGSTOP, a frozen VM, a long
-GC) past its lease writes nothing after it resumes, not even its next cycle's plan.
+GC) past its lease writes nothing after it resumes, not even its next cycle's plan. With the chart's fencing policy
+the API server refuses, besides, every write of a replica that is not the Lease's holder; such a refusal (reported by
+the writer, ``on_denied``) ends the term and the replica's leadership the same way.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -54,7 +53,7 @@ from kaisched.kube.claims import discover_dra_version, held_devices, stale_reser
 from kaisched.kube.grouper_controller import PodGrouperController
 from kaisched.kube.health import Health, HealthServer
 from kaisched.kube.informer import Informer
-from kaisched.kube.leader import LeaderElector
+from kaisched.kube.leader import LeaderElector, default_identity
 from kaisched.kube.logs import get_logger, log_cycle
 from kaisched.kube.metrics import CycleTimings, SchedulerMetrics, timed_cycle
 from kaisched.kube.operations import EventMemory, ObjectRef, Operation, OperationPlanner, pods_by_group
@@ -88,7 +87,7 @@ class RunOptions:
     leader_elect: bool = False
     lease_namespace: str = "kai-scheduler"
     lease_name: str = "kai-scheduler"
-    identity: str = ""  # default: POD_NAME (or the host name) plus a random suffix
+    identity: str = ""  # default: POD_NAME (or the host name) plus a random suffix (leader.default_identity)
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
@@ -103,10 +102,7 @@ class RunOptions:
     dra_version: str = "auto"
 
     def resolved_identity(self) -> str:
-        if self.identity:
-            return self.identity
-        base = os.environ.get("POD_NAME") or socket.gethostname()
-        return f"{base}_{uuid.uuid4().hex[:8]}"
+        return self.identity or default_identity()
 
 
 def _utcnow() -> datetime:
@@ -301,7 +297,8 @@ class KubeScheduler:
     def _new_writer(self, term: int | None = None) -> ClusterWriter:
         fence = partial(self.elector.holds, term) if self.elector is not None and term is not None else None
         return ClusterWriter(self.api, workers=self.options.workers, on_failure=self._on_failure,
-                             metrics=self.metrics, lookup=self.lookup, fence=fence)
+                             metrics=self.metrics, lookup=self.lookup, fence=fence,
+                             on_denied=partial(self._denied, term))
 
     # ---- fencing ------------------------------------------------------------------------------------
     def _term(self) -> int | None:
@@ -322,6 +319,15 @@ class KubeScheduler:
         self.writer = self._new_writer(term)
         self._writer_term = term
         return self.writer
+
+    def _denied(self, term: int | None, error: ApiError) -> None:
+        """The API server's fencing policy refused a write of ``term`` (on a writer thread): the server does not see
+        this replica as the Lease's holder. The term ends and the loop stops as on a lost Lease (exit 1)."""
+        if self.elector is not None and term is not None:
+            self.elector.abandon(term, f"the API server refused a write: {error.message}")
+        if self._leading.is_set():
+            self._lost.set()
+        self._stop.set()
 
     def _fenced_stop(self) -> None:
         """The fence failed at a cycle's start: this replica's term is over; stop as on a lost Lease."""

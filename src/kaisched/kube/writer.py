@@ -46,6 +46,11 @@ submission order; lanes run concurrently on a bounded thread pool (``workers`` r
   back is a request that passed the fence just before the process was paused and leaves after it resumes: at
   most one per worker, each logged (``a write that passed the fence was answered after the lease lapsed``); a
   pause shorter than the margin (``lease_duration - renew_deadline``) is harmless for them.
+* **Server-side fencing**: the chart's ValidatingAdmissionPolicy (:data:`~kaisched.kube.leader.FENCING_POLICY`)
+  makes the API server refuse those too, and any write of a replica that is not the Lease's holder
+  (:func:`is_fencing_denial`: a 403 or 422 that names the policy). Such a refusal is lost leadership: the writer is
+  fenced for good as above (the refused operation and the rest of the plan dropped and counted, no failure report),
+  and ``on_denied`` is called once so that the scheduler ends the term and exits.
 * **Shutdown**: :meth:`~ClusterWriter.close` (on leadership loss: drop everything; on a graceful stop:
   ``drain=True`` first). A new leader starts with a new writer and rebuilds its view from the API.
 """
@@ -66,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 from kaisched.framework.result import Placement
 from kaisched.kube.api import JSON, Api, ApiError, Response
 from kaisched.kube.claims import ClaimStatusWriter
+from kaisched.kube.leader import FENCING_POLICY
 from kaisched.kube.logs import get_logger
 from kaisched.kube.operations import Bind, Evict, Lookup, Operation, Request
 
@@ -101,6 +107,14 @@ class Fenced(Exception):
         super().__init__(f"{method} {path}: not sent, the lease is not held")
         self.method = method
         self.path = path
+
+
+def is_fencing_denial(err: ApiError) -> bool:
+    """The API server refused the write because of the fencing policy: the writer's replica does not hold the Lease
+    as the server sees it. The server names the policy in the message and answers 403 (the policy's validation, whose
+    reason is Forbidden) or 422 (a binding with ``parameterNotFoundAction: Deny`` that finds no Lease; the chart's
+    binding admits instead, so that a missing Lease never blocks other users)."""
+    return err.status in (403, 422) and FENCING_POLICY in err.message
 
 
 class FencedApi:
@@ -162,12 +176,15 @@ class ClusterWriter:
         settle_timeout: float = 60.0,
         lookup: Lookup | None = None,
         fence: Fence | None = None,
+        on_denied: Callable[[ApiError], None] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be at least 1, got {workers}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
         self._fence = fence
+        self._on_denied = on_denied  # called once, when the fencing policy refused a write (is_fencing_denial)
+        self._denied = False
         if fence is not None:
             api = FencedApi(api, fence)
         self._api = api
@@ -439,6 +456,9 @@ class ClusterWriter:
             if error is None:
                 step += 1
                 continue
+            if is_fencing_denial(error):
+                self._denied_by_the_server(op, request, error)
+                return
             if error.retryable and attempt < self.max_attempts and not self._stop.is_set():
                 delay = min(self.backoff_base * 2 ** (attempt - 1), self.backoff_max)
                 log.info("cluster writer: retrying", operation=op.describe(), status=error.status, attempt=attempt,
@@ -463,6 +483,24 @@ class ClusterWriter:
                         operation=op.describe(), request=f"{request.method} {request.path}",
                         status=error.status if error is not None else "ok")
 
+    def _denied_by_the_server(self, op: Operation, request: Request, error: ApiError) -> None:
+        """The fencing policy refused ``request``: the server does not see this replica as the Lease's holder. Lost
+        leadership: fenced for good, ``op`` and the rest of the plan dropped (no failure report: every write would be
+        refused alike), ``on_denied`` told once."""
+        with self._lock:
+            self._fenced = True
+            first = not self._denied
+            self._denied = True
+            log.warning("lease not held as the API server sees it: a write was denied by the fencing policy",
+                        operation=op.describe(), request=f"{request.method} {request.path}", status=error.status,
+                        message=error.message)
+            self._drop_fenced(op, running=True)
+        if first and self._on_denied is not None:
+            try:
+                self._on_denied(error)
+            except Exception:
+                log.exception("cluster writer: on_denied callback raised", operation=op.describe())
+
     def _send(self, req: Request) -> None:
         if req.claim_step is not None:
             self.claims.run(req.claim_step)
@@ -470,6 +508,8 @@ class ClusterWriter:
         try:
             self._api.request(req.method, req.path, body=req.body, content_type=req.content_type)
         except ApiError as err:
+            if is_fencing_denial(err):
+                raise  # never "already done", never a fallback: lost leadership
             if req.fallback is not None and req.fallback_when(err):
                 self._send(req.fallback)
                 return
@@ -532,4 +572,4 @@ class ClusterWriter:
         with self._lock:
             return {"pending": self._pending, "lanes": len(self._lanes), "inFlightBinds": len(self._binds),
                     "inFlightEvictions": len(self._evictions), "completed": self.completed, "failures": self.failures,
-                    "fencedDrops": self.fenced_drops, "fenced": self._fenced}
+                    "fencedDrops": self.fenced_drops, "fenced": self._fenced, "deniedByPolicy": self._denied}
