@@ -100,8 +100,10 @@ def _per_preemptor(run: dict[str, Any]) -> str:
     everywhere = sum(s["proved_everywhere"] for s in search.values())
     placements = sum(s["placements"] for s in search.values())
     solved = sum(s["solved"] for s in search.values())
+    refused = sum(s.get("refused_unplaced", 0) for s in search.values())
     return (f"{pre} preemptors ({solved} solved, {everywhere} proved hopeless at once): {sims / pre:.1f} "
-            f"simulations, {proved / pre:.1f} scenarios proved to fail, {placements / pre:.1f} placements each")
+            f"simulations, {proved / pre:.1f} scenarios proved to fail, {refused / pre:.1f} refused before placing, "
+            f"{placements / pre:.1f} placements each")
 
 
 def main(argv: list[str] | None = None) -> int:
