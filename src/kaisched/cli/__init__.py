@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from kaisched.cli.explain import explain_command
+from kaisched.cli.get import get_command
 from kaisched.cli.run import run_command
 from kaisched.cli.schedule import schedule_command
 from kaisched.cli.simulate import simulate_command
@@ -33,6 +35,8 @@ def cli() -> None:
     """kaisched: a KAI-compatible GPU cluster scheduler."""
 
 
+cli.add_command(explain_command)
+cli.add_command(get_command)
 cli.add_command(run_command)
 cli.add_command(schedule_command)
 cli.add_command(simulate_command)
