@@ -567,7 +567,7 @@ def test_object_order_does_not_change_decisions(seed):
 def test_result_to_dict_shape():
     data = run(node("n1", 8), queue("q"), job("j", 1, gpus=1)).to_dict()
     assert list(data) == ["binds", "pipelined", "evictions", "podGroups", "queues", "errors", "nodes", "claims",
-                          "scenarioSearch"]
+                          "scenarioSearch", "nominations"]
     assert data["claims"] == []  # (no DRA claim in this cluster)
     assert data["binds"] == [{"pod": "default/j-0", "node": "n1", "gpuGroups": []}]
     assert data["podGroups"][0]["name"] == "default/j"

@@ -21,7 +21,7 @@ from tests.unit.builders import flatten, job, node, queue
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
 SHARING = EXAMPLE.with_name("gpu-sharing.yaml")
 TOP_LEVEL_KEYS = ["binds", "pipelined", "evictions", "podGroups", "queues", "errors", "nodes", "claims",
-                  "scenarioSearch"]
+                  "scenarioSearch", "nominations"]
 NOW = "2025-01-01T12:00:00Z"
 
 

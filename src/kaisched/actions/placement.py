@@ -258,17 +258,21 @@ def failure_key(ssn: Session, task: TaskInfo, pipeline_only: bool, explain: bool
     fits alike in every queue (the job-level capacity check comes before, per job). The pod's labels and
     namespace are part of it only when it has affinity terms of its own or some pod of the session has a
     required anti-affinity (``Session.labels_constrain_placement``): the inter-pod affinity predicate is the
-    one that reads them (per-job labels would otherwise make every job a shape of its own)."""
+    one that reads them (per-job labels would otherwise make every job a shape of its own). Plugins whose predicates
+    tell tasks of one shape apart add what does (``Session.fit_key_parts``: the nominatednode plugin's claims)."""
     fit_id = task.fit_id
     if fit_id < 0:
         job = task.job
         per_queue = job is not None and task.gpu.kind is GpuKind.MEMORY
         affinity = task.pod.affinity
         by_labels = affinity is not None or ssn.labels_constrain_placement
-        spec = (task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(affinity),
-                task.namespace if by_labels else "", tuple(sorted(task.labels.items())) if by_labels else (),
-                job.queue if per_queue and job else "", job.preemptible if per_queue and job else True,
-                claims_key(task))
+        spec: tuple[object, ...] = (
+            task.signature, task.gpu, task.req.tobytes(), task.host_ports, repr(affinity),
+            task.namespace if by_labels else "", tuple(sorted(task.labels.items())) if by_labels else (),
+            job.queue if per_queue and job else "", job.preemptible if per_queue and job else True, claims_key(task))
+        parts = ssn.fit_key_parts
+        if parts:
+            spec = (*spec, *[part(task) for part in parts])
         ids = ssn.fit_ids
         fit_id = task.fit_id = ids.setdefault(spec, len(ids))
     return (fit_id, pipeline_only, explain)

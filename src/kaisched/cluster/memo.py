@@ -68,7 +68,8 @@ def copy_result(result: CycleResult) -> CycleResult:
     return CycleResult(binds=list(result.binds), pipelined=list(result.pipelined),
                        evictions=list(result.evictions), pod_groups=list(result.pod_groups),
                        queues=list(result.queues), errors=list(result.errors), nodes=list(result.nodes),
-                       claims=list(result.claims), scenario_search=list(result.scenario_search))
+                       claims=list(result.claims), scenario_search=list(result.scenario_search),
+                       nominations=list(result.nominations))
 
 
 def restamped(result: CycleResult, stamped: dict[str, frozenset[str]], now: datetime) -> CycleResult:

@@ -5,7 +5,11 @@ DeviceClasses, ResourceSlices), and how a :class:`~kaisched.framework.result.Cyc
 :meth:`EmbeddedCluster.apply` plays the API server and the controllers around the scheduler:
 
 * a bind puts the pod on its node, Running, with its GPU groups' labels;
-* an eviction deletes the pod and its controller recreates it at once: Pending, off its node (same name);
+* an eviction deletes the pod and its controller recreates it at once: Pending, off its node (same name), without
+  a nominated node;
+* a pod the cycle pipelines is nominated to its node (``status.nominatedNodeName``, which keeps its claim there in
+  the next cycle: :mod:`kaisched.plugins.nominated_pods`); a nomination the cycle clears is removed
+  (``CycleResult.nominations``, applied after the evictions: a moved victim's new pod is nominated);
 * PodGroups get the last-start and stale timestamps the cycle reported;
 * DRA (resource.k8s.io/v1), as the resourceclaim controller and the DRA scheduler's write-back: the claim a
   cycle made from a ResourceClaimTemplate for a pod it bound is created (owned by the pod, annotated with the
@@ -53,10 +57,18 @@ def _key(namespace: str, name: str) -> str:
 
 # ----------------------------------------------------------------------------------------- pod changes
 def bound_pod(pod: Pod, placement: Placement) -> Pod:
-    """The pod after its bind: on its node, Running, with its GPU groups' labels."""
+    """The pod after its bind: on its node, Running, with its GPU groups' labels (and no nominated node)."""
     labels = {**pod.meta.labels, **gpu_group_labels(placement.gpu_groups)} if placement.gpu_groups else \
         pod.meta.labels
-    return replace(pod, node_name=placement.node, phase="Running", meta=replace(pod.meta, labels=labels))
+    return replace(pod, node_name=placement.node, phase="Running", meta=replace(pod.meta, labels=labels),
+                   nominated_node_name="")
+
+
+def nominated_pod(pod: Pod, node: str) -> Pod:
+    """The pod with ``status.nominatedNodeName`` set to ``node`` ("" clears it; the same object when it is so)."""
+    if pod.nominated_node_name == node:
+        return pod
+    return replace(pod, nominated_node_name=node)
 
 
 def evicted_pod(pod: Pod) -> Pod:
@@ -65,8 +77,8 @@ def evicted_pod(pod: Pod) -> Pod:
     labels = {k: v for k, v in pod.meta.labels.items() if not is_gpu_group_label(k)}
     if pod.resource_claim_statuses:
         return replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels),
-                       resource_claim_statuses={})
-    return replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels))
+                       resource_claim_statuses={}, nominated_node_name="")
+    return replace(pod, node_name="", phase="Pending", meta=replace(pod.meta, labels=labels), nominated_node_name="")
 
 
 def annotated_pod_group(pg: PodGroup, status: PodGroupStatus) -> PodGroup:
@@ -179,7 +191,7 @@ class EmbeddedCluster:
 
     # ---- a cycle's decisions -------------------------------------------------------------------------------
     def apply(self, result: CycleResult, now: datetime | None = None) -> None:
-        """Binds, the claims of the binds, evictions and PodGroup timestamps of one cycle."""
+        """Binds, the claims of the binds, evictions, nominations and PodGroup timestamps of one cycle."""
         for b in result.binds:
             pod = self.pods.get(b.pod)
             if pod is not None:
@@ -188,6 +200,10 @@ class EmbeddedCluster:
             self._allocated(alloc, now)
         for e in result.evictions:
             self.evict(e.pod)
+        for n in result.nominations:
+            pod = self.pods.get(n.pod)
+            if pod is not None and pod.phase not in DONE_PHASES:
+                self.pods[n.pod] = nominated_pod(pod, n.node)
         for status in result.pod_groups:
             pg = self.pod_groups.get(status.name)
             if pg is not None:

@@ -28,6 +28,23 @@ class Placement:
         return {"pod": self.pod, "node": self.node, "gpuGroups": list(self.gpu_groups)}
 
 
+@dataclass(frozen=True, slots=True, init=False)
+class Nomination:
+    """A pod's ``status.nominatedNodeName`` after the cycle, for a pod whose nomination the cycle changes: the
+    node it pipelined the pod onto (the pod keeps a claim on it in the next cycle: kaisched.plugins.nominated_pods),
+    or "" to clear it."""
+
+    pod: str  # "<ns>/<name>"
+    node: str  # "" clears the nomination
+
+    def __init__(self, pod: str, node: str) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "node", node)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pod": self.pod, "node": self.node or None}
+
+
 @dataclass(frozen=True, slots=True)
 class Eviction:
     pod: str
@@ -211,6 +228,8 @@ class CycleResult:
     claims: list[ClaimAllocation] = field(default_factory=list)  # DRA claims of the pods bound
     # the eviction actions' victim searches, one per job that reached the solver, in the order they ran
     scenario_search: list[SearchOutcome] = field(default_factory=list)
+    # the pods whose status.nominatedNodeName the cycle sets (pipelined) or clears, by pod key
+    nominations: list[Nomination] = field(default_factory=list)
     # what the victim searches cost, per action (diagnostics: not part of the decisions, nor of to_dict)
     search_stats: dict[str, ActionSearchStats] = field(default_factory=dict, compare=False)
 
@@ -225,6 +244,7 @@ class CycleResult:
             "nodes": [n.to_dict() for n in self.nodes],
             "claims": [c.to_dict() for c in self.claims],
             "scenarioSearch": [o.to_dict() for o in self.scenario_search],
+            "nominations": [n.to_dict() for n in self.nominations],
         }
 
     def pod_group(self, name: str) -> PodGroupStatus | None:

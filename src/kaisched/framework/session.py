@@ -31,6 +31,7 @@ from kaisched.framework.result import (
     DeviceResult,
     Eviction,
     NodeGpuStatus,
+    Nomination,
     Placement,
     PodGroupStatus,
     SearchOutcome,
@@ -90,6 +91,9 @@ class Session:
         # the subset of predicates that depend only on the node and the pod spec (never on placements)
         self.static_predicates: list[Predicate] = []
         self.pre_predicates: list[PrePredicate] = []
+        # parts of what a task's fit depends on that plugins add to its shape (placement.failure_key): a predicate
+        # that answers tasks of one request and spec differently registers what tells them apart
+        self.fit_key_parts: list[TaskKey] = []
         self.node_scorers: list[NodeScorer] = []
         # aligned with node_scorers (add_node_scorer): when each is neutral for a task, and the one that can rank
         self.node_scorers_neutral: list[NeutralScorer | None] = []
@@ -125,6 +129,8 @@ class Session:
         self.binds: list[TaskInfo] = []
         self.pipelined: list[TaskInfo] = []
         self.evictions: list[Eviction] = []
+        #: the pods' nominated nodes the cycle sets or clears (set by the nominatednode plugin at session close)
+        self.nominations: list[Nomination] = []
         # uids of the pods evicted / placed (bound, pipelined) by committed decisions: the cycle checks that a
         # pod is evicted at most once and never after it was placed (``record_*``)
         self._evicted_uids: set[str] = set()
@@ -205,7 +211,8 @@ class Session:
         # none, see docs/performance.md.)
         self.plugins = []
         for hooks in (self.job_order_keys, self.task_order_keys, self.pod_set_order_keys, self.predicates,
-                      self.static_predicates, self.pre_predicates, self.node_scorers, self.gpu_order_fns,
+                      self.static_predicates, self.pre_predicates, self.fit_key_parts, self.node_scorers,
+                      self.gpu_order_fns,
                       self.allocate_handlers, self.deallocate_handlers, self.reclaim_victim_filters,
                       self.reclaim_victim_selectors,
                       self.preempt_victim_filters, self.reclaim_scenario_validators,
@@ -393,6 +400,7 @@ class Session:
         if self.nodes.dra is not None:
             result.claims = self._claims()
         result.scenario_search = list(self.search_outcomes)
+        result.nominations = list(self.nominations)
         return result
 
     def _claims(self) -> list[ClaimAllocation]:

@@ -32,6 +32,12 @@ KAI's behaviour (spec 1.1, 1.2, 2.2, 3.3, 7.4, 11.2), with the project's decisio
   same request with ``policy/v1beta1``. A 404 naming the pod means it is gone: done. Once evicted, the pod's
   PodGroup gets a Normal ``Evict`` event (``Evict.then``) with KAI's annotations (``num-evicted-pods``,
   ``evictor-action-type``, ``evictor-pod-group-name``, ``evictor-pod-group-namespace``).
+* **Nominations** (kaisched; kube-scheduler's ``status.nominatedNodeName``): a pod the cycle pipelines is nominated
+  to its node, and a pod of this scheduler whose nomination the cycle does not renew has it cleared
+  (:attr:`CycleResult.nominations`): a merge patch of ``pods/{name}/status`` setting (or nulling)
+  ``nominatedNodeName``, only when the cached value differs, and never on a pod going away (terminating, or evicted
+  by the cycle: a moved victim). The next cycle reads it back from the pod: the pod
+  keeps a claim on the node (:mod:`kaisched.plugins.nominated_pods`).
 * **Pending jobs** (spec 11.2): a PodGroup not ready for scheduling gets a Normal ``NotReady`` event; otherwise
   every pending pod gets a Warning ``Unschedulable`` event and, unless ``spec.markUnschedulable`` is false,
   the condition ``PodScheduled=False/Unschedulable`` (strategic-merge patch of ``pods/{name}/status``, only when
@@ -92,6 +98,7 @@ DEFAULT_POD_ERROR = "Unable to schedule pod"
 DEFAULT_POD_GROUP_ERROR = "Unable to schedule podgroup"
 POD_SCHEDULED = "PodScheduled"
 POD_SCHEDULED_SLOT = f"condition:{POD_SCHEDULED}"
+NOMINATION_SLOT = "status:nominatedNodeName"
 RESOURCE_CLAIM_KIND = C.RESOURCE_CLAIM_KIND
 #: set on a claim by the scheduler that allocates it; the resourceclaim controller removes it on deallocation
 DRA_FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -501,6 +508,31 @@ class PodCondition(Operation):
     def requests(self) -> tuple[Request, ...]:
         body = {"status": {"conditions": [dict(self.condition)]}}
         return (Request("PATCH", pod_path(self.pod.namespace, self.pod.name, "status"), body, STRATEGIC_MERGE_PATCH,
+                        done_when=is_not_found),)
+
+
+@dataclass(frozen=True, slots=True)
+class PodNomination(Operation):
+    """Set or clear a pod's ``status.nominatedNodeName`` (merge patch of the status subresource; ``node`` "" clears
+    it): the node a cycle pipelined the pod onto, where it keeps a claim in the next cycle
+    (:mod:`kaisched.plugins.nominated_pods`)."""
+
+    name: ClassVar[str] = "update nominated node of"
+    failure_reason: ClassVar[str | None] = "StatusUpdateFailed"
+    pod: ObjectRef
+    node: str
+
+    @property
+    def target(self) -> ObjectRef:
+        return self.pod
+
+    @property
+    def slot(self) -> str | None:
+        return NOMINATION_SLOT
+
+    def requests(self) -> tuple[Request, ...]:
+        body = {"status": {"nominatedNodeName": self.node or None}}
+        return (Request("PATCH", pod_path(self.pod.namespace, self.pod.name, "status"), body, MERGE_PATCH,
                         done_when=is_not_found),)
 
 
@@ -996,7 +1028,7 @@ class OperationPlanner:
              settling: Collection[str] = (), device_slice: DeviceSlice | None = None,
              held_devices: Mapping[tuple[str, str, str], str] | None = None) -> list[Operation]:
         """The operations of one cycle, in order: binds (each with the DRA claims it reserves first),
-        evictions, pod conditions, PodGroup annotations and status, Queue status, events.
+        evictions, nominated nodes, pod conditions, PodGroup annotations and status, Queue status, events.
 
         ``group_pods`` maps a PodGroup key to its pod keys (see :func:`pods_by_group`); without it pending
         pods are not explained. ``settling``: pods with a bind or eviction still in flight (the writer's),
@@ -1061,6 +1093,7 @@ class _Cycle:
         ops: list[Operation] = []
         ops.extend(self.binds())
         ops.extend(self.evictions())
+        ops.extend(self.nominations())
         for placement in self.result.pipelined:
             self.pipelined_event(placement)
         conditions, groups = self.pod_groups()
@@ -1173,6 +1206,20 @@ class _Cycle:
                                                   ev.message, self.now, annotations)
                 then = (event,) if event is not None else ()
             out.append(Evict(ref, ev.action, ev.preemptor, ev.message, then=then))
+        return out
+
+    def nominations(self) -> list[Operation]:
+        """``status.nominatedNodeName`` of the pods whose nomination the cycle changes, for those whose cached
+        value differs. Not for a pod that is going away (deleted meanwhile, terminating, or evicted by this cycle: a
+        moved victim's pod is deleted, the pod its controller makes in its place is a new object)."""
+        out: list[Operation] = []
+        evicted = {e.pod for e in self.result.evictions}
+        for n in self.result.nominations:
+            pod = self.pod(n.pod)
+            if pod is None or n.pod in evicted or _is_deleting(pod):
+                continue
+            if str(_status(pod).get("nominatedNodeName") or "") != n.node:
+                out.append(PodNomination(ObjectRef.pod(n.pod, _uid(pod)), n.node))
         return out
 
     def pipelined_event(self, placement: Placement) -> None:

@@ -74,6 +74,8 @@ class Snapshot:
     errors: list[ObjectError] = field(default_factory=list)
     topologies: list[Topology] = field(default_factory=list)
     dra: DraSnapshot | None = None  # DRA devices and claims (None: the input has none)
+    # the pods of this scheduler's jobs with a ``status.nominatedNodeName``, in (namespace, name) order
+    nominated: list[TaskInfo] = field(default_factory=list)
 
 
 def _ts(value: datetime | None, default: datetime) -> datetime:
@@ -400,6 +402,7 @@ class SnapshotBuilder:
             jobs.setdefault(info.key, info)
 
         tasks: dict[str, TaskInfo] = {}
+        nominated: list[TaskInfo] = []
         other_usage = np.zeros(3)
         self.min_gpu_memory = min_gpu_memory
         all_facts.sort(key=_facts_order)  # by (namespace, name)
@@ -411,6 +414,8 @@ class SnapshotBuilder:
             if task is None:
                 continue
             tasks[task.uid] = task
+            if pod.nominated_node_name and task.job is not None:
+                nominated.append(task)
             if task.status in ACTIVE_USED and task.node >= 0:
                 nodes.add_task(task, task.node)
                 if task.job is None and not self._is_ours(pod) and nodes.schedulable[task.node]:
@@ -430,7 +435,7 @@ class SnapshotBuilder:
         ordered_jobs = {k: jobs[k] for k in sorted(jobs)}
         return Snapshot(now=now, resources=resources, nodes=nodes, queues=tree, jobs=ordered_jobs, tasks=tasks,
                         total=total, min_node_gpu_memory=min_gpu_memory, errors=self.errors,
-                        topologies=list(parsed.topologies), dra=self.dra)
+                        topologies=list(parsed.topologies), dra=self.dra, nominated=nominated)
 
     def _dra(self, parsed: ParsedObjects, nodes: NodeTable, claim_pods: list[tuple[str, Pod]],
              all_facts: list[PodFacts]) -> None:

@@ -16,11 +16,13 @@ from kaisched.model.gpu import GpuKind
 from kaisched.model.node import filled
 from kaisched.model.resources import CPU, GPU, Vector
 from kaisched.model.task import TaskInfo
+from kaisched.plugins.nominated_pods import NominationClaims
 
 AVAILABILITY_SCORE = 100.0
 RESOURCE_TYPE_SCORE = 10.0
 MAX_HIGH_DENSITY_SCORE = 9.0
 NOMINATED_NODE_SCORE = 1_000_000.0
+CLAIMS_ARG = "claims"  # nominatednode: "false" keeps KAI's score only (no nominations written, no claims)
 
 
 class NodeAvailabilityPlugin(Plugin):
@@ -63,13 +65,30 @@ class ResourceTypePlugin(Plugin):
 
 
 class NominatedNodePlugin(Plugin):
-    """+1,000,000 on the pod's ``status.nominatedNodeName``."""
+    """+1,000,000 on the pod's ``status.nominatedNodeName`` (KAI's); and, unless argument ``claims`` is ``"false"``,
+    kaisched's nomination claims (:mod:`kaisched.plugins.nominated_pods`): the pods a cycle pipelines are nominated
+    to their node, and keep a claim on it in the next cycle."""
 
     name = "nominatednode"
+
+    def __init__(self, arguments: Mapping[str, str]) -> None:
+        super().__init__(arguments)
+        value = str(arguments.get(CLAIMS_ARG, "true")).lower()
+        if value not in ("true", "false"):
+            raise ConfigError(f"plugin nominatednode: argument {CLAIMS_ARG}: expected true or false, got "
+                              f"{arguments.get(CLAIMS_ARG)!r}")
+        self.claims_on = value == "true"
+        self.claims: NominationClaims | None = None
 
     def on_session_open(self, ssn: Session) -> None:
         self.by_name = ssn.nodes.by_name
         ssn.add_node_scorer(self.score, neutral=self.neutral)
+        self.claims = NominationClaims(ssn) if self.claims_on else None
+
+    def on_session_close(self, ssn: Session) -> None:
+        if self.claims is not None:
+            self.claims.report()
+            self.claims = None
 
     @staticmethod
     def neutral(task: TaskInfo) -> bool:

@@ -5,14 +5,15 @@ Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priorit
 * **arrival**: a job's objects join the cluster; workload manifests are expanded by the embedded
   controllers and grouped by the pod-grouper once, at arrival;
 * **completion**: a job that has run its whole gang for its duration finishes and leaves;
-* **cycle**: one scheduling cycle (all configured actions) every ``period``; binds start pods at once,
-  evicted pods go back to pending (their controller recreates them) and the work the job had done since it
-  last started is counted as lost; a pipelined placement is not kept (as in KAI), the pod is placed again
-  once the resources are free. When only jobs finished since the last cycle and nobody waits, no cycle runs
-  (no action would do anything): the sample records the GPUs given back. Cycles where nothing changed are
-  skipped: the next one runs at the next event, or after 10 periods while jobs wait (min-runtime and
-  stale-gang grace periods expire with time); when nothing is left to arrive or finish and 6 such idle
-  cycles changed nothing, the run ends.
+* **cycle**: one scheduling cycle (all configured actions) every ``period``; binds start pods at once, evicted pods
+  go back to pending (their controller recreates them) and the work the job had done since it last started is
+  counted as lost; a pipelined pod is nominated to its node (``status.nominatedNodeName``, through the embedded
+  cluster) and keeps a claim there in the next cycle, where it is placed again once the resources are free
+  (kaisched.plugins.nominated_pods; KAI keeps nothing). When only jobs finished since the last cycle and nobody
+  waits, no cycle runs (no action would do anything): the sample records the GPUs given back. Cycles where nothing
+  changed are skipped: the next one runs at the next event, or after 10 periods while jobs wait (min-runtime and
+  stale-gang grace periods expire with time); when nothing is left to arrive or finish and 6 such idle cycles
+  changed nothing, the run ends.
 
 At the end every job gets its outcome (:data:`~kaisched.sim.model.OUTCOMES`: completed, running, evicted and
 pending again, never started, dropped); jobs a scenario left out as impossible (``Scenario.dropped``) are
