@@ -144,7 +144,10 @@ def test_on_the_busy_shape_each_proof_stands_for_a_failed_simulation_two_cycles_
     second = run_prepared_cycle(again, cfg, NOW + timedelta(seconds=1))
     reclaim = first.search_stats["reclaim"]
     assert first.evictions and reclaim.preemptors
-    assert reclaim.proved > 40  # (48 since a job placed in the cycle is no victim in it: fewer scenarios)
+    # (48 proofs before the loop guard judged victims as its validator does; it now keeps out the victims whose
+    # scenarios the proofs used to refuse, so few are left: the identity below is what this shape still checks,
+    # and the proofs' decisions are compared with simulating on random clusters above)
+    assert reclaim.simulations + reclaim.proved > 0
     with every_scenario_simulated():
         plain = run_prepared_cycle(objs, cfg, NOW)
         assert plain.to_dict() == first.to_dict()
