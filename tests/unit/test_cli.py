@@ -542,3 +542,65 @@ def test_the_children_of_an_invalid_queue_are_told_why_their_parent_is_missing(t
         in data["errors"]
     assert _group(data, "default/train")["message"].endswith(
         f"Parent queue 'dept' of queue 'team' is invalid: {invalid}")
+
+
+# ----------------------------------------------------------------- bounded input of kaisched run's files
+def test_run_reads_its_config_within_the_input_limit():
+    result = CliRunner().invoke(cli, ["run", "--config", "/dev/zero", "--max-input-bytes", "1Mi"])
+    assert result.exit_code == 2, result.output
+    assert "Error: scheduler config: /dev/zero: larger than 1,048,576 bytes (the input limit: " \
+           "--max-input-bytes or KAISCHED_MAX_INPUT_BYTES)" in result.stderr
+    assert "Traceback" not in result.output
+    env = CliRunner(env={"KAISCHED_MAX_INPUT_BYTES": "1000"}).invoke(cli, ["run", "--config", "/dev/zero"])
+    assert env.exit_code == 2 and "/dev/zero: larger than 1,000 bytes" in env.stderr
+
+
+def test_run_gives_up_a_config_fifo_nobody_writes_to(tmp_path):
+    fifo = tmp_path / "config"
+    os.mkfifo(fifo)
+    result = CliRunner(env={"KAISCHED_INPUT_TIMEOUT": "0.2"}).invoke(cli, ["run", "--config", str(fifo)])
+    assert result.exit_code == 2, result.output
+    assert f"Error: scheduler config: {fifo}: a FIFO that no program writes to: nothing came in 0.2 s" \
+           in result.stderr
+
+
+def test_run_reads_its_kubeconfig_within_the_input_limit(tmp_path):
+    result = CliRunner().invoke(cli, ["run", "--kubeconfig", "/dev/zero", "--max-input-bytes", "1Mi"])
+    assert result.exit_code == 2, result.output
+    assert "Error: kubeconfig: kubeconfig '/dev/zero': larger than 1,048,576 bytes (the input limit: " \
+           "--max-input-bytes or KAISCHED_MAX_INPUT_BYTES)" in result.stderr
+    fifo = tmp_path / "kubeconfig"
+    os.mkfifo(fifo)
+    result = CliRunner(env={"KAISCHED_INPUT_TIMEOUT": "0.2"}).invoke(cli, ["run", "--kubeconfig", str(fifo)])
+    assert result.exit_code == 2, result.output
+    assert f"Error: kubeconfig: kubeconfig '{fifo}': a FIFO that no program writes to" in result.stderr
+
+
+def test_a_scheduler_config_file_is_read_within_the_limits_in_python(tmp_path):
+    from kaisched.framework.config import ConfigError, SchedulerConfig
+    from kaisched.k8s.loader import InputLimits
+
+    with pytest.raises(ConfigError, match=r"^/dev/zero: larger than 1,000 bytes"):
+        SchedulerConfig.load("/dev/zero", InputLimits(max_bytes=1000))
+    binary = tmp_path / "config.yaml"
+    binary.write_bytes(b"actions: \xff\n")
+    with pytest.raises(ConfigError, match=r"cannot read: not a text file \(UTF-8\)"):
+        SchedulerConfig.load(binary)
+
+
+def test_a_kubeconfig_fifo_with_a_writer_is_read(tmp_path):
+    """``--kubeconfig <(kubectl config view --raw)``: a pipe, read to its end (and bounded like a file)."""
+    import threading
+
+    from kaisched.kube.client import KubeClient
+    from tests.unit.test_kube_client import write_kubeconfig
+
+    text = write_kubeconfig(tmp_path / "kc", "https://api.example:6443").read_text()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(text))
+    writer.start()
+    client = KubeClient.from_kubeconfig(fifo)
+    writer.join()
+    assert client.namespace == "ns-one"
+    client.close()

@@ -9,8 +9,10 @@ from types import FrameType
 
 import click
 
+from kaisched.cli.schedule import input_limits
 from kaisched.cluster.schedule import resolve_config
 from kaisched.framework.config import ConfigError, SchedulerConfig
+from kaisched.k8s.loader import MAX_INPUT_BYTES_ENV
 from kaisched.k8s.quantity import parse_duration
 
 
@@ -71,31 +73,36 @@ def _listen(value: str) -> tuple[str, int | None]:
               help="Where /metrics, /healthz and /readyz are served (HOST:PORT, :PORT, or off).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--max-input-bytes", default=None, metavar="BYTES",
+              help=f"Read at most this much of the --config and --kubeconfig files (bytes, or a quantity like 2Gi; "
+                   f"default 1Gi, or ${MAX_INPUT_BYTES_ENV}); more is refused (exit status 2).")
 @click.option("--max-cycles", type=int, default=None, hidden=True, help="Stop after N cycles (tests).")
 def run_command(kubeconfig: str | None, context: str | None, config_path: str | None,
                 schedule_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
                 lease_duration: float, renew_deadline: float, retry_period: float, listen_address: str,
-                log_level: str, max_cycles: int | None) -> None:
+                log_level: str, max_input_bytes: str | None, max_cycles: int | None) -> None:
     """Schedule every pod with schedulerName kai-scheduler in the cluster, as KAI's scheduler does.
 
     Exit status: 0 when stopped (SIGTERM/SIGINT), 1 when leadership was lost or the caches never synced
     (Kubernetes restarts the pod), 2 for an unusable command line, configuration or kubeconfig (a missing
-    --config or --kubeconfig file, say), 3 on an internal error.
+    --config or --kubeconfig file, one over --max-input-bytes, a FIFO nobody writes to for
+    $KAISCHED_INPUT_TIMEOUT seconds, 10 by default), 3 on an internal error.
     """
     from kaisched.kube.client import KubeClient, KubeConfigError
     from kaisched.kube.logs import configure
     from kaisched.kube.runner import KubeScheduler, RunOptions
 
     configure(log_level)
+    limits = input_limits(max_input_bytes)
     try:
-        config = resolve_config(SchedulerConfig.load(config_path) if config_path else SchedulerConfig())
+        config = resolve_config(SchedulerConfig.load(config_path, limits) if config_path else SchedulerConfig())
     except (ConfigError, OSError) as exc:
         raise click.UsageError(f"scheduler config: {exc}") from None
     host, port = _listen(listen_address)
     if schedule_period <= 0:
         raise click.BadParameter(f"must be > 0, got {schedule_period}", param_hint="--schedule-period")
     try:
-        api = KubeClient.from_env(kubeconfig, context)
+        api = KubeClient.from_env(kubeconfig, context, limits=limits)
     except (KubeConfigError, OSError) as exc:
         raise click.UsageError(f"kubeconfig: {exc}") from None
     options = RunOptions(schedule_period=schedule_period, leader_elect=leader_elect, lease_namespace=lease_namespace,

@@ -18,7 +18,6 @@ from kaisched.k8s.loader import (
     InputLimits,
     load_objects,
     parse_byte_size,
-    read_text,
 )
 
 EXAMPLES = """\
@@ -59,19 +58,9 @@ def input_limits(max_input_bytes: str | None) -> InputLimits:
 
 
 def load_config(path: str, limits: InputLimits) -> SchedulerConfig:
-    """A scheduler configuration file, read within the input limits (a FIFO or a device too)."""
-    try:
-        text = read_text(path, limits, source=path)
-    except InputLimitError as exc:
-        raise ConfigError(str(exc)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"{path}: cannot read scheduler config: {reason}") from None
-    try:
-        raw = yaml.load(text, Loader=yaml.CSafeLoader)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-    return SchedulerConfig() if raw is None else SchedulerConfig.from_mapping(raw)
+    """A scheduler configuration file, read within the input limits (a FIFO or a device too):
+    :meth:`SchedulerConfig.load`."""
+    return SchedulerConfig.load(path, limits)
 
 
 def stdin_hint(paths: tuple[str, ...] | list[str], command: str) -> None:

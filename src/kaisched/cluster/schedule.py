@@ -12,7 +12,7 @@ from typing import Any
 
 from kaisched.actions.registry import build_actions, validate_actions
 from kaisched.cluster.memo import CycleMemo
-from kaisched.cluster.workloads import expand_workloads
+from kaisched.cluster.workloads import PodLimit, expand_workloads
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.framework.session import Session
@@ -103,9 +103,11 @@ def run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> 
         return _run_cycle(parsed, config, now)
 
 
-def prepare(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> ParsedObjects:
-    """The embedded cluster's controllers: workloads create their pods, the pod-grouper groups every pod."""
-    expanded = expand_workloads(parsed, now)
+def prepare(parsed: ParsedObjects, config: SchedulerConfig, now: datetime, *,
+            pod_limit: PodLimit | None = None) -> ParsedObjects:
+    """The embedded cluster's controllers: workloads create their pods (at most ``pod_limit``: 1,000,000 by
+    default; a workload over it is an input error), the pod-grouper groups every pod."""
+    expanded = expand_workloads(parsed, now, limit=pod_limit)
     params = config.params
     errors = list(expanded.errors)
     defaults = kind_defaults(expanded, params.default_priorities_configmap_name,

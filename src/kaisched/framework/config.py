@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from kaisched.k8s.loader import InputLimits, InputReadError, read_text_reasoned
+
 DEFAULT_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 
 
@@ -392,11 +394,15 @@ class SchedulerConfig:
                    search_budgets=budgets)
 
     @classmethod
-    def load(cls, path: str | Path) -> SchedulerConfig:
+    def load(cls, path: str | Path, limits: InputLimits | None = None) -> SchedulerConfig:
+        """The configuration of a file (empty: the defaults), read within ``limits`` (default
+        :meth:`InputLimits.from_env`: ``KAISCHED_MAX_INPUT_BYTES``, ``KAISCHED_INPUT_TIMEOUT``); a file that
+        cannot be read, is over the limits (``/dev/zero``, a FIFO nobody writes to) or is not valid YAML is a
+        :class:`ConfigError` naming it."""
         try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read scheduler config: {exc.strerror}") from None
+            text = read_text_reasoned(path, limits, source=str(path))
+        except InputReadError as exc:
+            raise ConfigError(str(exc)) from None
         try:
             raw = yaml.load(text, Loader=yaml.CSafeLoader)
         except yaml.YAMLError as exc:

@@ -31,8 +31,9 @@ from kaisched.k8s.parse import parse_objects
 from kaisched.k8s.quantity import QuantityError, parse_quantity
 
 __all__ = ["DEFAULT_MAX_INPUT_BYTES", "DEFAULT_WAIT_SECONDS", "MAX_INPUT_BYTES_ENV", "OBJECT_FILE_SUFFIXES", "STDIN",
-           "STDIN_LABEL", "WAIT_SECONDS_ENV", "InputLimitError", "InputLimits", "load_documents", "load_objects",
-           "parse_byte_size", "read_text"]
+           "STDIN_LABEL", "WAIT_SECONDS_ENV", "InputLimitError", "InputLimits", "InputReadError", "load_documents",
+           "load_objects",
+           "parse_byte_size", "read_text", "read_text_reasoned"]
 
 OBJECT_FILE_SUFFIXES: Final = frozenset({".yaml", ".yml", ".json"})
 #: the path that stands for standard input (as in ``kubectl apply -f -``)
@@ -129,6 +130,25 @@ def read_text(path: str | Path, limits: InputLimits | None = None, *, source: st
     :class:`InputLimitError`, :class:`OSError` or :class:`UnicodeDecodeError`."""
     budget = _Budget(limits if limits is not None else InputLimits.from_env())
     return _read_path(Path(path), budget, source or f"file {path}").decode("utf-8")
+
+
+class InputReadError(ValueError):
+    """A file that could not be read as text within the input limits; the message names the file and why."""
+
+
+def read_text_reasoned(path: str | Path, limits: InputLimits | None = None, *, source: str | None = None) -> str:
+    """:func:`read_text`, every failure an :class:`InputReadError` with one message: the input limit's own
+    (:class:`InputLimitError`), a malformed ``KAISCHED_MAX_INPUT_BYTES`` / ``KAISCHED_INPUT_TIMEOUT``, or
+    ``<source>: cannot read: <why>`` (a missing file, a directory, not UTF-8)."""
+    what = source or f"file {path}"
+    try:
+        return read_text(path, limits, source=what)
+    except UnicodeDecodeError:
+        raise InputReadError(f"{what}: cannot read: not a text file (UTF-8)") from None
+    except OSError as exc:
+        raise InputReadError(f"{what}: cannot read: {_os_error_text(exc)}") from None
+    except ValueError as exc:  # the input limit, or its environment variables malformed
+        raise InputReadError(str(exc)) from None
 
 
 def load_objects(paths: Iterable[str | Path], *, stdin: TextIO | None = None,

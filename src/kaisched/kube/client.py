@@ -23,6 +23,7 @@ from lightkube.config.kubeconfig import SERVICE_ACCOUNT, KubeConfig, SingleConfi
 from lightkube.config.models import User
 from lightkube.core.exceptions import ConfigError
 
+from kaisched.k8s.loader import InputLimits, InputReadError, read_text_reasoned
 from kaisched.kube.api import JSON, Api, ApiError, Response
 
 __all__ = ["DEFAULT_KUBECONFIG", "KubeClient", "KubeConfigError", "status_reason"]
@@ -116,16 +117,18 @@ class KubeClient:
 
     @classmethod
     def from_kubeconfig(
-        cls, path: str | os.PathLike[str] | None = None, context: str | None = None, *, timeout: float = 10.0
+        cls, path: str | os.PathLike[str] | None = None, context: str | None = None, *, timeout: float = 10.0,
+        limits: InputLimits | None = None,
     ) -> KubeClient:
         """From a kubeconfig file: ``path``, else ``$KUBECONFIG``, else ``~/.kube/config``.
 
-        ``context`` selects a context; the file's ``current-context`` by default.
+        ``context`` selects a context; the file's ``current-context`` by default. The file is read within
+        ``limits`` (default :meth:`InputLimits.from_env`).
         """
         if path is None:
             found = _kubeconfig_from_env_var()
             path = found if found is not None else DEFAULT_KUBECONFIG
-        return cls.from_config(_load_kubeconfig(path, context), timeout=timeout)
+        return cls.from_config(_load_kubeconfig(path, context, limits), timeout=timeout)
 
     @classmethod
     def in_cluster(cls, service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT, *,
@@ -141,19 +144,21 @@ class KubeClient:
         *,
         service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT,
         timeout: float = 10.0,
+        limits: InputLimits | None = None,
     ) -> KubeClient:
         """The first that applies: ``kubeconfig``, ``$KUBECONFIG``, the in-cluster service account,
-        ``~/.kube/config``. Raises :class:`KubeConfigError` naming what was tried when none does."""
+        ``~/.kube/config``. Raises :class:`KubeConfigError` naming what was tried when none does. A
+        kubeconfig file is read within ``limits`` (default :meth:`InputLimits.from_env`)."""
         if kubeconfig is not None:
-            return cls.from_config(_load_kubeconfig(kubeconfig, context), timeout=timeout)
+            return cls.from_config(_load_kubeconfig(kubeconfig, context, limits), timeout=timeout)
         found = _kubeconfig_from_env_var()
         if found is not None:
-            return cls.from_config(_load_kubeconfig(found, context), timeout=timeout)
+            return cls.from_config(_load_kubeconfig(found, context, limits), timeout=timeout)
         if os.environ.get("KUBERNETES_SERVICE_HOST") and Path(service_account_dir, "token").is_file():
             return cls.from_config(_load_service_account(service_account_dir), timeout=timeout)
         default = Path(DEFAULT_KUBECONFIG).expanduser()
         if default.is_file():
-            return cls.from_config(_load_kubeconfig(default, context), timeout=timeout)
+            return cls.from_config(_load_kubeconfig(default, context, limits), timeout=timeout)
         raise KubeConfigError(
             "no Kubernetes configuration: no --kubeconfig given, $KUBECONFIG "
             f"{'names no existing file' if os.environ.get('KUBECONFIG') else 'unset'}, not in a cluster "
@@ -301,15 +306,23 @@ def _kubeconfig_from_env_var() -> Path | None:
     return None
 
 
-def _load_kubeconfig(path: str | os.PathLike[str], context: str | None) -> SingleConfig:
+def _load_kubeconfig(path: str | os.PathLike[str], context: str | None,
+                     limits: InputLimits | None = None) -> SingleConfig:
+    """A kubeconfig file (a FIFO too: ``--kubeconfig <(kubectl config view --raw)``), read within ``limits``
+    (default :meth:`InputLimits.from_env`)."""
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise KubeConfigError(f"kubeconfig {str(path)!r}: no such file")
+    source = f"kubeconfig {str(path)!r}"
+    if not file.exists() or file.is_dir():
+        raise KubeConfigError(f"{source}: no such file")
     try:
-        conf = KubeConfig.from_file(file)
+        text = read_text_reasoned(file, limits, source=source)
+    except InputReadError as exc:
+        raise KubeConfigError(str(exc)) from None
+    try:
+        conf = KubeConfig.from_dict(yaml.safe_load(text), fname=file)
     except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError,
             msgspec.ValidationError) as exc:
-        raise KubeConfigError(f"kubeconfig {str(path)!r}: malformed: {exc}") from exc
+        raise KubeConfigError(f"{source}: malformed: {exc}") from exc
     return _select(conf, context, str(path))
 
 

@@ -43,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 
 from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.cluster.store import EmbeddedCluster, annotated_pod_group, bound_pod, evicted_pod
+from kaisched.cluster.workloads import PodLimit
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
@@ -228,7 +229,8 @@ class Simulator:
         now = EPOCH + timedelta(seconds=t)
         parsed = parse_objects([_with_creation(o, now) for o in a.objects])
         parsed = replace(parsed, priority_classes=self.static.priority_classes)
-        prepared = prepare(parsed, self.config, now)
+        limit = PodLimit(self.scenario.max_pods, "per simulation", "limits.pods")
+        prepared = prepare(parsed, self.config, now, pod_limit=limit)
         self.errors.extend(prepared.errors)
         job = _Job(JobRecord(a.name, a.queue, a.gpus, a.time, a.duration))
         ours = [p for p in prepared.pods if p.scheduler_name == self.config.params.scheduler_name]

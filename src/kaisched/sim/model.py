@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaisched.cluster.workloads.base import MAX_PODS
+
 Obj = dict[str, Any]
 
 
@@ -46,6 +48,8 @@ class Scenario:
     #: jobs left out because they could never run on the cluster (``impossible_jobs: drop``), with the reason;
     #: the run counts them as dropped
     dropped: list[tuple[Arrival, str]] = field(default_factory=list)
+    #: the most pods the workload controllers make for one arrival (the scenario's ``limits.pods``)
+    max_pods: int = MAX_PODS
 
 
 @dataclass(frozen=True, slots=True)

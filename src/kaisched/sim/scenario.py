@@ -44,7 +44,9 @@ Compact jobs: ``pods`` (default 1), ``gpus`` per pod (a fraction below 1 is ``gp
 Checks (:func:`scenario_from_mapping`): a malformed value raises :class:`ScenarioError` naming its field (unknown
 fields, reversed ranges, a scheduler configuration KAI would refuse, sizes over the scenario's ``limits``
 (:class:`ScenarioLimits`: the pools' nodes and DRA devices, the queue tree's Queues, the workload's jobs and pods,
-counted before they are made), files over the input limits (:class:`~kaisched.k8s.loader.InputLimits`)); then
+counted before they are made: a trace's rows as they are read, a manifest's pods from its replica counts before its
+controller makes any), files over the input limits (:class:`~kaisched.k8s.loader.InputLimits`: the scenario, the
+files it names, the trace)); then
 every unknown queue and every job that could never run
 (:mod:`kaisched.sim.validate`) is collected and raised together (``ScenarioError.problems``), unless
 ``impossible_jobs: drop`` leaves such jobs out (``Scenario.dropped``; the run counts them as dropped). Each
@@ -97,9 +99,11 @@ from typing import Any, TypeGuard
 import yaml
 
 from kaisched.cluster.schedule import resolve_config
+from kaisched.cluster.workloads import MAX_PODS, PodLimit, expand_workloads
 from kaisched.framework.config import ConfigError
 from kaisched.k8s import constants as C
 from kaisched.k8s.loader import InputLimitError, InputLimits, load_documents, read_text
+from kaisched.k8s.parse import parse_objects
 from kaisched.k8s.quantity import QuantityError, parse_duration, parse_quantity
 from kaisched.model.dra import is_gpu_class, is_gpu_driver
 from kaisched.model.dra_cel import CelError, compile_selector
@@ -128,8 +132,8 @@ class ScenarioLimits:
     the queue tree."""
 
     nodes: int = 100_000
-    jobs: int = 1_000_000
-    pods: int = 1_000_000
+    jobs: int = traces.MAX_JOBS
+    pods: int = MAX_PODS
     devices: int = 1_000_000
     queues: int = MAX_QUEUES
 
@@ -522,7 +526,7 @@ def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses, sizes: 
                 docs = [dict(_mapping(e["manifest"], f"{field}.manifest"))]
             if not docs:
                 raise ScenarioError(f"{field}: no objects")
-            sizes.add(field, sum(1 for d in docs if d.get("kind") == "Pod"))
+            sizes.add(field, sum(1 for d in docs if d.get("kind") == "Pod") + _workload_pods(docs, source, sizes))
             meta = _mapping(docs[0].get("metadata"), f"{field}.metadata")
             name = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
             labels = _mapping(meta.get("labels"), f"{field}.metadata.labels")
@@ -531,6 +535,19 @@ def _arrivals(entries: Sequence[Any], base: Path, classes: ClaimClasses, sizes: 
             raise ScenarioError(f"{field}: give a job, a manifest or a file")
         out.append(Arrival(t, name, queue, tuple(objs), duration, gpus, source))
     return out
+
+
+def _workload_pods(docs: Sequence[Obj], field: str, sizes: _Sizes) -> int:
+    """The pods the workload manifests of one arrival make (their controllers run as at the arrival, within
+    what is left of ``limits.pods``: a replica count over it is refused before anything is made)."""
+    if all(d.get("kind") == "Pod" for d in docs):
+        return 0
+    limit = PodLimit(sizes.limits.pods, "per simulation", "limits.pods", made=sizes.pods)
+    expanded = expand_workloads(parse_objects(docs), limit=limit)
+    if limit.refused:
+        problems = [f"{field}: {e}" for e in limit.refused]
+        raise ScenarioError("\n".join(problems), problems)
+    return len(expanded.pods) - sum(1 for d in docs if d.get("kind") == "Pod")
 
 
 # ----------------------------------------------------------------------------------------- queue tree
@@ -1010,21 +1027,29 @@ def _generated(entries: Sequence[Any], seed: int, classes: ClaimClasses, facts: 
     return out
 
 
-def _trace(raw: Mapping[str, Any], base: Path) -> list[Arrival]:
+def _trace(raw: Mapping[str, Any], base: Path, sizes: _Sizes, limits: InputLimits) -> list[Arrival]:
+    """The trace's jobs: the file read within the input limits, its rows counted against the scenario's limits
+    (with the jobs and pods before it) as they are read, before any job's objects are made."""
     fmt = raw.get("format", "csv")
     path = base / str(raw.get("path") or "")
     options = {k: v for k, v in raw.items() if k not in ("format", "path")}
+    for reserved in ("limits", "problems"):
+        if reserved in options:
+            raise ScenarioError(f"workload.trace.{reserved}: not an option of a trace"
+                                + (" (the scenario's limits apply to it)" if reserved == "limits" else ""))
+    bounds = traces.TraceLimits(sizes.limits.jobs, sizes.limits.pods, sizes.jobs, sizes.pods, limits)
     try:
         if fmt == "openb":
-            arrivals = traces.openb_arrivals(path, **options)
+            arrivals = traces.openb_arrivals(path, **options, limits=bounds)
         elif fmt == "csv":
-            arrivals = traces.csv_arrivals(path, **options)
+            arrivals = traces.csv_arrivals(path, **options, limits=bounds)
         else:
             raise ScenarioError(f"workload.trace.format: expected openb or csv, got {fmt!r}")
     except (TypeError, ValueError, OSError) as exc:
         if isinstance(exc, ScenarioError):
             raise
-        raise ScenarioError(f"workload.trace: {exc}") from None
+        what = f"file {path}: cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        raise ScenarioError(f"workload.trace: {what}") from None
     return [replace(a, source=f"workload.trace ({a.source or a.name})") for a in arrivals]
 
 
@@ -1111,7 +1136,7 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
     arrivals = _arrivals(_list(workload.get("arrivals"), "workload.arrivals"), base, classes, sizes, input_limits)
     arrivals += _generated(_list(workload.get("generate"), "workload.generate"), run_seed, classes, facts, sizes)
     if workload.get("trace") is not None:
-        traced = _trace(_mapping(workload.get("trace"), "workload.trace"), base)
+        traced = _trace(_mapping(workload.get("trace"), "workload.trace"), base, sizes, input_limits)
         for a in traced:
             sizes.add("workload.trace", sum(1 for o in a.objects if o.get("kind") == "Pod"))
         arrivals += traced
@@ -1123,7 +1148,7 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
     scenario = Scenario(
         name=str(doc.get("name") or "scenario"), cluster=objects, arrivals=arrivals, config=config,
         period=period, until=None if until is None else _seconds(until, "until"), seed=run_seed,
-        description=str(doc.get("description") or ""),
+        description=str(doc.get("description") or ""), max_pods=sizes.limits.pods,
     )
     impossible = doc.get("impossible_jobs", "error")
     if impossible not in ("error", "drop"):

@@ -10,21 +10,34 @@
   loaders build them.
 
 A row that cannot be read raises :class:`TraceError`, which names the file, the line and the column.
+
+Reading is bounded (:class:`TraceLimits`): the file is read with the input limits of
+:func:`kaisched.k8s.loader.read_text` (its size, ``KAISCHED_MAX_INPUT_BYTES``, 1 GiB by default; a FIFO's
+first writer waited for ``KAISCHED_INPUT_TIMEOUT`` seconds, 10 by default), and the jobs and pods the rows
+make are counted as the rows are read, before any job's objects are made (1,000,000 of each by default, a
+scenario's ``limits.jobs`` and ``limits.pods``): a trace over them raises :class:`TraceError` at the line
+that goes over. With ``limit`` (the earliest rows only), only that many rows are kept while the file is read.
 """
 
 from __future__ import annotations
 
 import csv
+import heapq
+import io
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
+from kaisched.cluster.workloads.base import MAX_PODS
 from kaisched.k8s import constants as C
+from kaisched.k8s.loader import InputLimits, read_text
 from kaisched.sim.model import Arrival, Obj
+
+T = TypeVar("T")
 
 SCHEDULER: Final = C.SCHEDULER_NAME
 POD_GROUP_API: Final = "scheduling.run.ai/v2alpha2"
@@ -58,6 +71,42 @@ class TraceError(ValueError):
     def __init__(self, file: str | Path, line: int, column: str, message: str) -> None:
         self.problem = TraceProblem(str(file), line, column, message)
         super().__init__(str(self.problem))
+
+
+#: the jobs one trace may make by default (a scenario's ``limits.jobs``)
+MAX_JOBS: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TraceLimits:
+    """How much one trace may make, counted as it is read, before a job's objects are made: ``jobs`` and
+    ``pods`` in all, ``jobs_before`` and ``pods_before`` of them taken already (by the rest of a scenario);
+    ``input``: how the file is read (its size, a FIFO's wait; default :meth:`InputLimits.from_env`). Over
+    them, :class:`TraceError` names the line that goes over."""
+
+    jobs: int = MAX_JOBS
+    pods: int = MAX_PODS
+    jobs_before: int = 0
+    pods_before: int = 0
+    input: InputLimits | None = None
+
+    def too_many_jobs(self, file: str, line: int, jobs: int) -> TraceError:
+        """The trace's ``jobs`` th job (at ``line``) is one too many."""
+        before = f" with the {self.jobs_before:,} before the trace" if self.jobs_before else ""
+        return TraceError(file, line, "", f"{self.jobs_before + jobs:,} jobs{before}, more than the limit of "
+                          f"{self.jobs:,} jobs (limits.jobs: raise it, or take the earliest rows with limit)")
+
+    def too_many_pods(self, file: str, line: int, column: str, pods: int, made: int) -> TraceError:
+        """A job of ``pods`` pods (at ``line``, ``column``) after ``made`` pods of the trace is too many."""
+        before = self.pods_before + made
+        others = f" ({before + pods:,} pods with the {before:,} before it)" if before else ""
+        return TraceError(file, line, column, f"a job of {pods:,} pod{'s' * (pods != 1)}{others}, more than the "
+                          f"limit of {self.pods:,} pods (limits.pods: raise it to simulate more)")
+
+    def admit(self, file: str, line: int, column: str, pods: int, made: int) -> None:
+        """Before a job of ``pods`` pods is made, ``made`` pods of the trace's jobs before it."""
+        if self.pods_before + made + pods > self.pods:
+            raise self.too_many_pods(file, line, column, pods, made)
 
 
 # ----------------------------------------------------------------------------------------- job objects
@@ -157,21 +206,53 @@ def queue_objects(names: Sequence[str] | Sequence[Arrival], *, parent: str | Non
 # --------------------------------------------------------------------------------------- CSV reading
 
 
-def _rows(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line, row) of a CSV file with a header; the header must name ``required``."""
+def _rows(path: str | Path, required: Sequence[str] = (),
+          limits: InputLimits | None = None) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) of a CSV file with a header; the header must name ``required``. The file is read within
+    ``limits`` (:func:`~kaisched.k8s.loader.read_text`: raises ``InputLimitError`` or ``OSError``)."""
     name = str(path)
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        if not header:
-            raise TraceError(name, 1, "", "empty file: expected a header line")
-        for column in required:
-            if column not in header:
-                raise TraceError(name, 1, column, f"no such column (the header has: {', '.join(header)})")
-        for row in reader:
-            if None in row:
-                raise TraceError(name, reader.line_num, "", f"more fields than the header's {len(header)}")
-            yield reader.line_num, {k: (v or "").strip() for k, v in row.items()}
+    try:
+        text = read_text(path, limits, source=f"file {name}")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1 if isinstance(exc.object, bytes) else 1
+        raise TraceError(name, line, "", f"not UTF-8 text (byte {exc.start + 1:,} of the file)") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    if not header:
+        raise TraceError(name, 1, "", "empty file: expected a header line")
+    for column in required:
+        if column not in header:
+            raise TraceError(name, 1, column, f"no such column (the header has: {', '.join(header)})")
+    for row in reader:
+        if None in row:
+            raise TraceError(name, reader.line_num, "", f"more fields than the header's {len(header)}")
+        yield reader.line_num, {k: (v or "").strip() for k, v in row.items()}
+
+
+def _earliest(items: Iterable[tuple[float, int, T]], keep: int | None, cap: int,
+              refuse: Callable[[int, int], TraceError]) -> list[tuple[float, int, T]]:
+    """The ``keep`` earliest ``(time, line, item)`` by time then line (every one when ``keep`` is None), in
+    that order. At most ``cap`` are taken: the one beyond raises ``refuse(line, cap + 1)``; fewer than ``keep`` +
+    1 are held while reading (the later ones are let go as earlier ones come)."""
+    if keep is None:
+        out: list[tuple[float, int, T]] = []
+        for entry in items:
+            out.append(entry)
+            if len(out) > cap:
+                raise refuse(entry[1], len(out))
+        out.sort(key=lambda j: (j[0], j[1]))
+        return out
+    size = min(max(keep, 0), cap + 1)
+    heap: list[tuple[float, int, T]] = []  # the latest of those held on top: (-time, -line)
+    for t, line, item in items:
+        if len(heap) < size:
+            heapq.heappush(heap, (-t, -line, item))
+        elif size and (-t, -line) > heap[0][:2]:
+            heapq.heapreplace(heap, (-t, -line, item))
+    out = sorted(((-t, -line, item) for t, line, item in heap), key=lambda j: (j[0], j[1]))
+    if len(out) > cap:
+        raise refuse(out[cap][1], cap + 1)
+    return out
 
 
 class _Row:
@@ -230,18 +311,18 @@ OPENB_POD_COLUMNS: Final = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_m
 
 
 def openb_nodes(path: str | Path, *, gpu_only: bool = True, pods: int = 110,
-                gpu_memory: Mapping[str, int] | int | None = None) -> list[Obj]:
+                gpu_memory: Mapping[str, int] | int | None = None, limits: InputLimits | None = None) -> list[Obj]:
     """Node manifests of an OpenB node list (``openb_node_list_gpu_node.csv`` or ``..._all_node.csv``).
 
     Each node (named by ``sn``) is Ready with allocatable ``cpu`` (``cpu_milli``), ``memory``
     (``memory_mib``), ``pods`` and, on a GPU node, ``nvidia.com/gpu`` plus the labels
     ``nvidia.com/gpu.product`` (``model``), ``nvidia.com/gpu.count`` and ``nvidia.com/gpu.memory``
     (``gpu_memory``: MiB per model, or one value for all; default :data:`OPENB_GPU_MEMORY_MIB`).
-    ``gpu_only`` leaves out nodes without GPUs.
+    ``gpu_only`` leaves out nodes without GPUs. The file is read within ``limits`` (its size, a FIFO's wait).
     """
     name = str(path)
     out: list[Obj] = []
-    for line, raw in _rows(path, OPENB_NODE_COLUMNS):
+    for line, raw in _rows(path, OPENB_NODE_COLUMNS, limits):
         row = _Row(name, line, raw)
         sn = row.text("sn")
         if not sn:
@@ -292,15 +373,19 @@ class OpenBPod:
         return round(self.gpus * 1000)
 
 
-def read_openb_pods(path: str | Path) -> list[OpenBPod]:
-    """Every row of an OpenB pod list (the ``multigpu`` variants have no qos, spec or time columns).
+def read_openb_pods(path: str | Path, *, limits: InputLimits | None = None) -> list[OpenBPod]:
+    """Every row of an OpenB pod list (the ``multigpu`` variants have no qos, spec or time columns), read
+    within ``limits`` (its size, a FIFO's wait).
 
     ``num_gpu == 1`` and ``gpu_milli < 1000``: a share ``gpu_milli / 1000`` of one GPU; otherwise
     ``num_gpu`` whole GPUs (0: CPU only; ``gpu_milli`` is then ignored).
     """
+    return list(_openb_pods(path, limits))
+
+
+def _openb_pods(path: str | Path, limits: InputLimits | None) -> Iterator[OpenBPod]:
     name = str(path)
-    out: list[OpenBPod] = []
-    for line, raw in _rows(path, OPENB_POD_COLUMNS):
+    for line, raw in _rows(path, OPENB_POD_COLUMNS, limits):
         row = _Row(name, line, raw)
         pod = row.text("name")
         if not pod:
@@ -315,13 +400,12 @@ def read_openb_pods(path: str | Path) -> list[OpenBPod]:
             gpus = float(num)
         spec = row.text("gpu_spec")
         models = tuple(dict.fromkeys(m.strip() for m in spec.split("|") if m.strip()))
-        out.append(OpenBPod(
+        yield OpenBPod(
             name=pod, line=line, cpu_milli=row.integer("cpu_milli"), memory_mib=row.integer("memory_mib"),
             gpus=gpus, models=models, qos=row.text("qos"), phase=row.text("pod_phase"),
             creation=row.optional_number("creation_time", None), deletion=row.optional_number("deletion_time", None),
             scheduled=row.optional_number("scheduled_time", None),
-        ))
-    return out
+        )
 
 
 def openb_arrivals(
@@ -335,6 +419,7 @@ def openb_arrivals(
     skip_unscheduled: bool = False,
     priority_classes: Mapping[str, str] | None = None,
     default_priority_class: str = TRAIN,
+    limits: TraceLimits | None = None,
 ) -> list[Arrival]:
     """One single-pod job per row of an OpenB pod list (``openb_pod_list_*.csv``), in arrival order.
 
@@ -353,16 +438,24 @@ def openb_arrivals(
       ``inference``), anything else ``default_priority_class`` (``train``).
 
     Each job is a PodGroup (minMember 1) and its pod, both named after the row's ``name``.
+
+    ``limits`` (:class:`TraceLimits`): the jobs (and pods) taken, counted as the rows are read, and how the
+    file is read; over them, :class:`TraceError` names the line.
     """
     if time_scale <= 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")
-    pods = read_openb_pods(path)
-    if skip_unscheduled:
-        pods = [p for p in pods if p.scheduled is not None or p.creation is None]
-    order = sorted(range(len(pods)), key=lambda i: (pods[i].creation or 0.0, i))
-    if limit is not None:
-        order = order[:max(limit, 0)]
-    taken = [pods[i] for i in order]
+    bounds = limits if limits is not None else TraceLimits()
+    name = str(path)
+    rows = (p for p in _openb_pods(path, bounds.input)
+            if not skip_unscheduled or p.scheduled is not None or p.creation is None)
+    cap = max(min(bounds.jobs - bounds.jobs_before, bounds.pods - bounds.pods_before), 0)  # (a pod a job)
+
+    def refuse(line: int, jobs: int) -> TraceError:
+        if bounds.jobs - bounds.jobs_before <= bounds.pods - bounds.pods_before:
+            return bounds.too_many_jobs(name, line, jobs)
+        return bounds.too_many_pods(name, line, "", 1, jobs - 1)
+
+    taken = [p for _, _, p in _earliest(((p.creation or 0.0, p.line, p) for p in rows), limit, cap, refuse)]
     t0 = min((p.creation for p in taken if p.creation is not None), default=0.0)
     mapping = OPENB_QOS_PRIORITY if priority_classes is None else priority_classes
     out: list[Arrival] = []
@@ -470,6 +563,7 @@ def csv_arrivals(
     gpu_jobs_only: bool = False,
     errors: Literal["raise", "skip"] = "raise",
     problems: list[TraceProblem] | None = None,
+    limits: TraceLimits | None = None,
 ) -> list[Arrival]:
     """Jobs of a generic job CSV (one job a row), in arrival order.
 
@@ -493,6 +587,9 @@ def csv_arrivals(
     * ``limit``: the first ``limit`` jobs by submit time; ``gpu_jobs_only``: leave out jobs without GPUs.
     * **bad rows** raise :class:`TraceError` (file, line, column, what is wrong), or with
       ``errors="skip"`` are left out and, if given, appended to ``problems``.
+    * ``limits`` (:class:`TraceLimits`): the jobs and pods taken, counted as the rows are read (before a job's
+      objects are made), and how the file is read; over them, :class:`TraceError` names the line (never
+      skipped).
     """
     file = str(path)
     fields = _resolve_mapping(mapping, preset)
@@ -505,28 +602,36 @@ def csv_arrivals(
         raise ValueError(f"max_gpus_per_pod must be >= 1, got {max_gpus_per_pod}")
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors: expected 'raise' or 'skip', got {errors!r}")
+    bounds = limits if limits is not None else TraceLimits()
     required = list(dict.fromkeys(fields.values()))
-    jobs: list[tuple[float, int, _CsvJob]] = []
-    for line, raw in _rows(path, required):
-        row = _Row(file, line, raw)
-        try:
-            job = _csv_job(row, fields, unit, gpus_per_pod, max_gpus_per_pod, default_duration, default_queue)
-        except TraceError as exc:
-            if errors == "raise":
-                raise
-            if problems is not None:
-                problems.append(exc.problem)
-            continue
-        if gpu_jobs_only and job.gpus_per_pod == 0:
-            continue
-        jobs.append((job.submit, line, job))
-    jobs.sort(key=lambda j: (j[0], j[1]))
-    if limit is not None:
-        jobs = jobs[:max(limit, 0)]
+
+    def read() -> Iterator[tuple[float, int, _CsvJob]]:
+        for line, raw in _rows(path, required, bounds.input):
+            row = _Row(file, line, raw)
+            try:
+                job = _csv_job(row, fields, unit, gpus_per_pod, max_gpus_per_pod, default_duration, default_queue)
+            except TraceError as exc:
+                if errors == "raise":
+                    raise
+                if problems is not None:
+                    problems.append(exc.problem)
+                continue
+            if gpu_jobs_only and job.gpus_per_pod == 0:
+                continue
+            yield job.submit, line, job
+
+    def refuse(line: int, jobs: int) -> TraceError:
+        return bounds.too_many_jobs(file, line, jobs)
+
+    jobs = _earliest(read(), limit, max(bounds.jobs - bounds.jobs_before, 0), refuse)
     t0 = jobs[0][0] if jobs else 0.0
     names: set[str] = set()
     out: list[Arrival] = []
+    made = 0  # pods
+    pods_column = fields.get("pods") or fields.get("gpus") or ""
     for submit, line, job in jobs:
+        bounds.admit(file, line, pods_column, job.pods, made)
+        made += job.pods
         name = _object_name(job.name) or f"job-{line}"
         if name in names:
             name = f"{name}-{line}"
@@ -623,7 +728,7 @@ def _csv_job(row: _Row, fields: Mapping[str, str], unit: float, per_pod: bool, m
 
 
 __all__ = [
-    "ACME", "CSV_FIELDS", "HELIOS", "OPENB_GPU_MEMORY_MIB", "OPENB_QOS_PRIORITY", "PHILLY", "PRESETS",
-    "OpenBPod", "TraceError", "TraceProblem", "csv_arrivals", "job_objects", "openb_arrivals", "openb_nodes",
-    "queue_objects", "read_openb_pods",
+    "ACME", "CSV_FIELDS", "HELIOS", "MAX_JOBS", "OPENB_GPU_MEMORY_MIB", "OPENB_QOS_PRIORITY", "PHILLY", "PRESETS",
+    "OpenBPod", "TraceError", "TraceLimits", "TraceProblem", "csv_arrivals", "job_objects", "openb_arrivals",
+    "openb_nodes", "queue_objects", "read_openb_pods",
 ]

@@ -5,6 +5,10 @@ Operator, KubeRay, JobSet, LeaderWorkerSet, Argo, ...) would give them, so the p
 A workload whose pods (or intermediate objects) are already in the input is left as it is: the input is a
 snapshot of a running cluster; except for the kinds whose controller creates pods as earlier ones finish
 (``RECONCILERS``: an Argo Workflow's next steps), which are run again with their pods' phases.
+
+The controllers make at most ``limit.pods`` pods over one expansion (:class:`~.base.PodLimit`, default
+:data:`~.base.MAX_PODS`): a workload whose replica counts would go over is refused before anything of it is
+made, with an input error naming its field; its controller creates nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from kaisched.cluster.workloads import batch, kubeflow, others, ray
-from kaisched.cluster.workloads.base import ControllerFn, Emit
+from kaisched.cluster.workloads.base import MAX_PODS, ControllerFn, Emit, PodLimit, PodLimitReached
 from kaisched.k8s.objects import ParsedObjects, Workload
 from kaisched.k8s.parse import parse_objects
 
@@ -50,9 +54,12 @@ def _owned_uids(parsed: ParsedObjects) -> set[str]:
     return out
 
 
-def expand_workloads(parsed: ParsedObjects, now: datetime | None = None) -> ParsedObjects:
+def expand_workloads(parsed: ParsedObjects, now: datetime | None = None, *,
+                     limit: PodLimit | None = None) -> ParsedObjects:
     """The input plus the pods (and intermediate objects) of every workload given without them; objects a
-    controller creates (a CronJob's Job, a TrainJob's JobSet) are expanded in turn."""
+    controller creates (a CronJob's Job, a TrainJob's JobSet) are expanded in turn. At most ``limit.pods``
+    pods are made (default :data:`~.base.MAX_PODS` per input): a workload that would make more is an error."""
+    limit = limit if limit is not None else PodLimit()
     owned = _owned_uids(parsed)
     pods, workloads, errors = list(parsed.pods), list(parsed.workloads), list(parsed.errors)
     todo = list(parsed.workloads)
@@ -63,19 +70,26 @@ def expand_workloads(parsed: ParsedObjects, now: datetime | None = None) -> Pars
             controller = CONTROLLERS.get((w.group, w.kind))
             if controller is None:
                 continue
-            if not _materialised(w, owned):
-                emit = Emit(w, now)
-                controller(w, emit)
-            else:
-                reconcile = RECONCILERS.get((w.group, w.kind))
-                if reconcile is None:
-                    continue
-                if phases is None:
-                    phases = _phases_by_owner(parsed)
-                emit = Emit(w, now)
-                reconcile(w, emit, phases.get(f"{w.meta.namespace}/{w.kind}/{w.meta.name}", {}))
+            emit = Emit(w, now, limit)
+            made, children = limit.made, limit.children
+            try:
+                if not _materialised(w, owned):
+                    controller(w, emit)
+                else:
+                    reconcile = RECONCILERS.get((w.group, w.kind))
+                    if reconcile is None:
+                        continue
+                    if phases is None:
+                        phases = _phases_by_owner(parsed)
+                    reconcile(w, emit, phases.get(f"{w.meta.namespace}/{w.kind}/{w.meta.name}", {}))
+            except PodLimitReached:
+                before = f" (with the {made:,} pods before it)" if made else ""
+                emit.error("", f"its controller would make more than {limit.describe()}{before}")
+                limit.refused.append(emit.errors[-1])
             errors.extend(emit.errors)
-            if not emit.errors:
+            if emit.errors:  # nothing of it is made
+                limit.made, limit.children = made, children
+            else:
                 created.extend(emit.objects)
         if not created:
             break
@@ -94,4 +108,4 @@ def _materialised(w: Workload, owned: set[str]) -> bool:
     return (bool(w.meta.uid) and w.meta.uid in owned) or f"{w.meta.namespace}/{w.kind}/{w.meta.name}" in owned
 
 
-__all__ = ["CONTROLLERS", "RECONCILERS", "expand_workloads"]
+__all__ = ["CONTROLLERS", "MAX_PODS", "RECONCILERS", "PodLimit", "expand_workloads"]

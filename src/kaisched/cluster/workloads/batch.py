@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import heapq
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -100,16 +101,37 @@ JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CRONJOB_SCHEDULED_TIMESTAMP = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 
 
-def _completed_indexes(text: object) -> set[int]:
-    """``status.completedIndexes`` (``"1,3-5,7"``)."""
-    out: set[int] = set()
+def _completed_indexes(text: object) -> list[tuple[int, int]]:
+    """``status.completedIndexes`` (``"1,3-5,7"``) as sorted, disjoint ranges ``(first, last)``."""
+    ranges: list[tuple[int, int]] = []
     if not isinstance(text, str):
-        return out
+        return ranges
     for part in text.split(","):
         lo, _, hi = part.strip().partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out.update(range(int(lo), int(hi or lo) + 1))
-    return out
+        if lo.isdigit() and (not hi or hi.isdigit()) and int(hi or lo) >= int(lo):
+            ranges.append((int(lo), int(hi or lo)))
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _pending_indexes(completions: int, done: Sequence[tuple[int, int]]) -> Iterator[int]:
+    """The indexes ``0 .. completions-1`` not in ``done`` (:func:`_completed_indexes`), in order."""
+    i = 0
+    for lo, hi in done:
+        if lo >= completions:
+            break
+        yield from range(i, lo)
+        i = max(i, hi + 1)
+    yield from range(i, completions)
+
+
+def _pending_count(completions: int, done: Sequence[tuple[int, int]]) -> int:
+    return completions - sum(min(hi, completions - 1) - lo + 1 for lo, hi in done if lo < completions)
 
 
 def _job_finished(status: Mapping[str, Any]) -> bool:
@@ -143,10 +165,15 @@ def job_pods(emit: Emit, job: Parent, spec: Mapping[str, Any], field: str,
     if spec.get("manualSelector") is not True:  # the API server adds the selector labels to the template
         labels = {CONTROLLER_UID_LABEL: job.uid, JOB_NAME_LABEL: job.name, LEGACY_CONTROLLER_UID_LABEL: job.uid,
                   LEGACY_JOB_NAME_LABEL: job.name}
+    parallelism_field = f"{field}.parallelism"
     if indexed:
         assert completions is not None
         done = _completed_indexes(status.get("completedIndexes"))
-        for index in [i for i in range(completions) if i not in done][:parallelism]:
+        pending = _pending_count(completions, done)
+        if not emit.expect(min(parallelism, pending), parallelism_field if parallelism <= pending else
+                           f"{field}.completions", parallelism if parallelism <= pending else completions):
+            return
+        for index in itertools.islice(_pending_indexes(completions, done), parallelism):
             emit.pod(f"{job.name}-{index}-{suffix(f'{job.uid}/{index}')}", template, parent=job,
                      labels={**labels, JOB_COMPLETION_INDEX: str(index)},
                      annotations={JOB_COMPLETION_INDEX: str(index)}, hostname=f"{job.name}-{index}")
@@ -156,6 +183,9 @@ def job_pods(emit: Emit, job: Parent, spec: Mapping[str, Any], field: str,
         succeeded = status.get("succeeded")
         done_count = succeeded if isinstance(succeeded, int) and not isinstance(succeeded, bool) else 0
         n = min(n, max(completions - done_count, 0))
+    if not emit.expect(n, parallelism_field if n == parallelism else f"{field}.completions",
+                       parallelism if n == parallelism else completions):
+        return
     for i in range(n):
         emit.pod(f"{job.name}-{suffix(f'{job.uid}/{i}')}", template, parent=job, labels=labels)
 
@@ -382,9 +412,17 @@ def _pod_template(emit: Emit, spec: Mapping[str, Any], field: str = "spec.templa
     return template
 
 
+def _replicas(emit: Emit, spec: Mapping[str, Any], field: str = "spec.replicas") -> int | None:
+    """``spec.replicas`` (default 1), checked against the pod limit (None after an error)."""
+    replicas = count(emit, spec.get("replicas"), field, 1)
+    if replicas is None or not emit.expect(replicas, field):
+        return None
+    return replicas
+
+
 def deployment_controller(w: Workload, emit: Emit) -> None:
     template = _pod_template(emit, w.spec)
-    replicas = count(emit, w.spec.get("replicas"), "spec.replicas", 1)
+    replicas = _replicas(emit, w.spec)
     if template is None or replicas is None:
         return
     deployment_pods(emit, emit.parent, template, replicas)
@@ -392,7 +430,7 @@ def deployment_controller(w: Workload, emit: Emit) -> None:
 
 def replicaset_controller(w: Workload, emit: Emit) -> None:
     template = _pod_template(emit, w.spec)
-    replicas = count(emit, w.spec.get("replicas"), "spec.replicas", 1)
+    replicas = _replicas(emit, w.spec)
     if template is None or replicas is None:
         return
     replicaset_pods(emit, emit.parent, template, replicas)
@@ -407,7 +445,7 @@ def statefulset_controller(w: Workload, emit: Emit) -> None:
     """Pods ``<sts>-<ordinal>`` (ordinals from ``spec.ordinals.start``), all at once (as with
     ``podManagementPolicy: Parallel``; OrderedReady would create each after the previous is Ready)."""
     template = _pod_template(emit, w.spec)
-    replicas = count(emit, w.spec.get("replicas"), "spec.replicas", 1)
+    replicas = _replicas(emit, w.spec)
     start = count(emit, get(w.spec, "ordinals", "start"), "spec.ordinals.start", 0)
     if template is None or replicas is None or start is None:
         return
@@ -464,6 +502,10 @@ def _argo_items(step: Mapping[str, Any], field: str, emit: Emit) -> list[str] | 
             end = int(seq["end"]) if "end" in seq else start + int(seq.get("count", 0)) - 1
         except (TypeError, ValueError):
             emit.error(f"{field}.withSequence", "expected integer start/end/count")
+            return None
+        if end - start + 1 > ARGO_MAX_PODS:
+            emit.error(f"{field}.withSequence", f"{end - start + 1:,} items: the embedded controller expands at most "
+                       f"{ARGO_MAX_PODS:,}")
             return None
         return [f"({i}:{v})" for i, v in enumerate(range(start, end + 1))]
     if "withParam" in step:
@@ -815,6 +857,8 @@ def workflow_controller(w: Workload, emit: Emit, phases: Mapping[str, str] | Non
     walk = _ArgoWalk(emit, templates, name, phases or {})
     if walk.node(entry, name, "spec.entrypoint", 0, True) is None:
         return
+    if not emit.expect(len(walk.leaves), "spec.entrypoint"):  # (the pods due now)
+        return
     pod_meta = _mapping(spec.get("podMetadata"))
     for leaf in walk.leaves:
         t_meta = _mapping(leaf.template.get("metadata"))
@@ -869,6 +913,10 @@ def knative_service_controller(w: Workload, emit: Emit) -> None:
     min_scale = _scale(emit, t_annotations, KNATIVE_MIN_SCALE, 0)
     initial = _scale(emit, t_annotations, KNATIVE_INITIAL_SCALE, 1)
     if min_scale is None or initial is None:
+        return
+    keys = KNATIVE_MIN_SCALE if min_scale >= initial else KNATIVE_INITIAL_SCALE
+    key = next((k for k in keys if k in t_annotations), keys[0])
+    if not emit.expect(max(min_scale, initial), f"spec.template.metadata.annotations[{key}]"):
         return
     svc = emit.parent
     config = emit.child("serving.knative.dev/v1", "Configuration", svc.name, {"template": copy.deepcopy(template)},
@@ -1175,10 +1223,13 @@ def seldon_deployment_name(sdep: str, predictor: str, index: int, component: Map
     return name if len(name) <= 63 else "seldon-" + hashlib.md5(name.encode()).hexdigest()
 
 
-def _replicas(emit: Emit, candidates: Sequence[tuple[object, str]]) -> int | None:
+def _seldon_replicas(emit: Emit, candidates: Sequence[tuple[object, str]], before: int) -> int | None:
+    """The first count given (default 1), checked against the pod limit with the ``before`` pods of the
+    components before."""
     for value, field in candidates:
         if value is not None:
-            return count(emit, value, field, 1)
+            n = count(emit, value, field, 1)
+            return n if n is not None and emit.expect(n, field, before=before) else None
     return 1
 
 
@@ -1217,9 +1268,10 @@ def seldon_controller(w: Workload, emit: Emit) -> None:
             if not isinstance(c_spec, Mapping) or not _list(c_spec.get("containers")):
                 emit.error(f"{c_field}.spec.containers", "required: the model server's containers")
                 return
-            replicas = _replicas(emit, [(component.get("replicas"), f"{c_field}.replicas"),
-                                                 (predictor.get("replicas"), f"{field}.replicas"),
-                                                 (w.spec.get("replicas"), "spec.replicas")])
+            replicas = _seldon_replicas(emit, [(component.get("replicas"), f"{c_field}.replicas"),
+                                               (predictor.get("replicas"), f"{field}.replicas"),
+                                               (w.spec.get("replicas"), "spec.replicas")],
+                                        sum(n for _, _, n in planned))
             if replicas is None:
                 return
             name = seldon_deployment_name(sdep, p_name, c_index, component)

@@ -75,6 +75,16 @@ def _replica_specs(w: Workload, emit: Emit, spec_field: str, allowed: Sequence[s
     return out
 
 
+def _expect_replicas(emit: Emit, spec_field: str, specs: Mapping[str, tuple[Mapping[str, Any], int]]) -> bool:
+    """The replica specs' pods, one type after the other, against the pod limit (False after an error)."""
+    before = 0
+    for rtype, (_, n) in specs.items():
+        if not emit.expect(n, f"spec.{spec_field}.{rtype}.replicas", before=before):
+            return False
+        before += n
+    return True
+
+
 def _valid_template(emit: Emit, path: str, template: object) -> bool:
     """A pod template the controller can copy: a mapping with at least one container, its metadata's labels
     and annotations mappings."""
@@ -133,7 +143,7 @@ def _training_operator(spec_field: str, allowed: Sequence[str], required: Sequen
     def controller(w: Workload, emit: Emit) -> None:
         specs = _replica_specs(w, emit, spec_field, allowed, required, {})
         _single(emit, spec_field, specs, single, exact)
-        if emit.errors or _suspended(w):
+        if emit.errors or _suspended(w) or not _expect_replicas(emit, spec_field, specs):
             return
         name = w.meta.name
         operator = f"{w.kind.lower()}-controller"
@@ -177,7 +187,7 @@ def mpijob(w: Workload, emit: Emit) -> None:
     if launcher is not None and launcher[1] != 1:
         emit.error("spec.mpiReplicaSpecs.Launcher.replicas", f"there must be exactly 1 Launcher replica, "
                    f"got {launcher[1]}")
-    if emit.errors or _suspended(w):
+    if emit.errors or _suspended(w) or not _expect_replicas(emit, "mpiReplicaSpecs", specs):
         return
     if w.api_version == "kubeflow.org/v1":
         _mpijob_v1(w, emit, specs)
@@ -301,7 +311,7 @@ def trainjob(w: Workload, emit: Emit) -> None:
     nodes = count(emit, trainer.get("numNodes"), "spec.trainer.numNodes", 1)
     if nodes == 0:
         emit.error("spec.trainer.numNodes", "must be >= 1, got 0")
-    if emit.errors or nodes is None:
+    if emit.errors or nodes is None or not emit.expect(nodes, "spec.trainer.numNodes"):
         return
     container: Obj = {"name": "node"}
     for key in ("image", "command", "args", "env"):

@@ -24,7 +24,7 @@ Grove (PodCliqueSet) has no embedded controller: give its PodGang and pods (a cl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kaisched.cluster.workloads.base import ControllerFn, Emit, count, get, suffix
@@ -142,6 +142,30 @@ def _started(status: Mapping[str, Any], rj: _ReplicatedJob) -> bool:
     return False
 
 
+def _expect_jobs(emit: Emit, rjobs: Sequence[_ReplicatedJob], suspended: bool, in_order: bool,
+                 status: Mapping[str, Any]) -> bool:
+    """The Jobs and pods the replicated jobs make now, against the limit (False after an error)."""
+    jobs = pods = 0
+    for i, rj in enumerate(rjobs):
+        field = f"spec.replicatedJobs[{i}]"
+        if not emit.expect(rj.replicas, f"{field}.replicas", before=jobs, what="Jobs"):
+            return False
+        jobs += rj.replicas
+        each = 0 if suspended else min(rj.parallelism, rj.completions)
+        if rj.replicas == 1:
+            which = "parallelism" if rj.parallelism <= rj.completions else "completions"
+            ok = emit.expect(each, f"{field}.template.spec.{which}", before=pods)
+        else:
+            ok = emit.expect(rj.replicas * each, f"{field}.replicas", f"{rj.replicas} Jobs of {each:,} pods",
+                             before=pods)
+        if not ok:
+            return False
+        pods += rj.replicas * each
+        if in_order and not _started(status, rj):
+            break
+    return True
+
+
 def run_jobset(w: Workload, emit: Emit) -> None:
     rjobs = _replicated_jobs(w, emit)
     if rjobs is None:
@@ -149,6 +173,8 @@ def run_jobset(w: Workload, emit: Emit) -> None:
     spec, meta = w.spec, w.meta
     suspended = spec.get("suspend") is True
     in_order = get(spec, "startupPolicy", "startupPolicyOrder") == "InOrder"
+    if not _expect_jobs(emit, rjobs, suspended, in_order, w.status):
+        return
     dns = get(spec, "network", "enableDNSHostnames")
     subdomain = (get(spec, "network", "subdomain") or meta.name) if dns is not False else ""
     restarts = w.status.get("restarts") if isinstance(w.status.get("restarts"), int) else 0
@@ -241,6 +267,14 @@ def run_lws(w: Workload, emit: Emit) -> None:
             return
     sub_type = str(sub_policy.get("subGroupPolicyType") or "LeaderWorker")
     if replicas is None:
+        return
+    per_group = 1 if policy == "LeaderReady" else size  # (the workers come once the leader is ready)
+    if replicas == 1:
+        fits = emit.expect(per_group, "spec.leaderWorkerTemplate.size", size)
+    else:
+        fits = emit.expect(replicas * per_group, "spec.replicas",
+                           f"{replicas} groups of {per_group:,} pods" if per_group > 1 else replicas)
+    if not fits:
         return
     unique_subdomains = get(spec, "networkConfig", "subdomainPolicy") == "UniquePerReplica"
     annotations: dict[str, str] = {LWS_SIZE: str(size)}

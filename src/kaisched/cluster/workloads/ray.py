@@ -70,6 +70,7 @@ def _worker_groups(emit: Emit, spec: Mapping[str, Any], prefix: str) -> list[_Gr
         return None
     out: list[_Group] = []
     names: set[str] = {HEAD_GROUP}
+    pods = 1  # the head
     for i, group in enumerate(groups):
         field = f"{prefix}.workerGroupSpecs[{i}]"
         if not isinstance(group, Mapping):
@@ -105,6 +106,11 @@ def _worker_groups(emit: Emit, spec: Mapping[str, Any], prefix: str) -> list[_Gr
             continue
         # KubeRay's desired replicas: unset or below minReplicas -> minReplicas; above maxReplicas -> max
         desired = min_replicas if replicas < 0 or replicas < min_replicas else min(replicas, max_replicas)
+        which = "minReplicas" if replicas < min_replicas else "maxReplicas" if replicas > max_replicas else "replicas"
+        shown = f"{desired} replicas of {hosts:,} hosts" if hosts > 1 else desired
+        if not emit.expect(desired * hosts, f"{field}.{which}", shown, before=pods):
+            return None
+        pods += desired * hosts
         out.append(_Group(name, desired * hosts, template))
     return out
 
