@@ -21,9 +21,10 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -85,6 +86,7 @@ class PodSpec:
     node: str | None = None
     deleting: bool = False  # terminating on ``node`` (simulation only)
     absent: int = 0  # cycles until the controller recreates the deleted pod (simulation only)
+    nominated: str = ""  # status.nominatedNodeName of a pending pod a cycle pipelined (simulation only)
 
     def req(self) -> dict[str, float]:
         return {"gpu": self.gpus, "cpu": self.cpu * 1000, "memory": self.memory * GI}
@@ -136,6 +138,7 @@ class Cluster:
     default_preempt: str = "0s"
     default_reclaim: str = "0s"
     resolve_method: str = "lca"
+    claims: bool = True  # nominatednode's claims (False: ``claims: "false"``, KAI's behaviour)
 
     # ---- objects -----------------------------------------------------------------------------------
     def objects(self) -> list[dict]:
@@ -164,8 +167,11 @@ class Cluster:
             for i, p in enumerate(g.pods):
                 if p.absent:
                     continue
-                objs.append(pod(p.name, g.ns, g.name, p.gpus, p.cpu, f"{p.memory}Gi", node=p.node,
-                                deleting=p.deleting, created=rfc3339(g.created + timedelta(milliseconds=i))))
+                obj = pod(p.name, g.ns, g.name, p.gpus, p.cpu, f"{p.memory}Gi", node=p.node, deleting=p.deleting,
+                          created=rfc3339(g.created + timedelta(milliseconds=i)))
+                if p.nominated and p.node is None:
+                    obj.setdefault("status", {})["nominatedNodeName"] = p.nominated
+                objs.append(obj)
         return objs
 
     def config(self, actions: str | None = None) -> dict:
@@ -174,6 +180,11 @@ class Cluster:
             "defaultReclaimMinRuntime": self.default_reclaim,
             "reclaimResolveMethod": self.resolve_method,
         })}
+        if not self.claims:
+            for tier in cfg["tiers"]:
+                for plugin in tier["plugins"]:
+                    if plugin["name"] == "nominatednode":
+                        plugin["arguments"] = {"claims": "false"}
         if actions is not None:
             cfg["actions"] = actions
         return cfg
@@ -561,6 +572,20 @@ HEAD_JOB_LIVELOCK = _cluster({"n0": 1}, [QueueSpec("q0", None, 0, -1, 1, 100), Q
     ("small", "q1", 1, "train", [(1, None)]),
 ])
 
+# Found by `make fuzz` (seed 2998298215283696333): g5 (q2, two single pods) reclaims for its second pod, which is
+# only pipelined; without the pipelined pod's claim on n0 (nominatednode's ``claims: "false"``, as KAI), the next
+# cycle's allocate gives the freed GPUs back to q0's g2 (or g1), reclaim takes them again for g5-1, and so on:
+# g2 and g1 are evicted in turn forever. With the claim, g5-1 is bound where it was pipelined.
+NOMINATED_RECLAIM_PING_PONG = _cluster(
+    {"n0": 6}, [_q("d0", gpu=0), QueueSpec("q0", "d0", 2, -1, 0, 100), QueueSpec("q2", "d0", 6, -1, 0, 50)], [
+        ("g0", "q2", 1, "train", [(2, "n0")]),
+        ("g1", "q0", 1, "train", [(1, "n0")]),
+        ("g2", "q0", 2, "train", [(1, "n0"), (1, "n0")]),
+        ("g3", "q2", 1, "train", [(4, None)]),
+        ("g5", "q2", 1, "train", [(1, None), (1, None)]),
+        ("g8", "q2", 1, "build", [(2, None)]),
+    ])
+
 # --------------------------------------------------------------------------------------- checks
 def check_preemptors_placed(o: Outcome) -> None:
     """Issue invariant 3: every eviction's preemptor has pods bound or pipelined by the same cycle."""
@@ -855,6 +880,9 @@ def apply(cluster: Cluster, result: CycleResult, *, realistic: bool = False) -> 
     """What the cluster does with a cycle's decisions; the PodGroup annotations the scheduler persists
     (last-start, stale-since) are copied, and pipelined pods stay Pending (a later cycle binds them).
 
+    A pipelined pod is nominated to its node (``CycleResult.nominations``, applied after the evictions, as the
+    embedded cluster does: its claim holds the node in the next cycle); a bind or an eviction clears it.
+
     Issue model (``realistic=False``): bound pods run on their node; evicted pods are recreated Pending
     at once (terminating instantly). ``realistic=True``: an evicted running pod terminates for one cycle
     (Releasing on its node), is gone for the next, and is recreated Pending after that; an evicted pod
@@ -869,6 +897,7 @@ def apply(cluster: Cluster, result: CycleResult, *, realistic: bool = False) -> 
                 p.absent -= 1
     for e in result.evictions:
         p = pods[e.pod][1]
+        p.nominated = ""  # (the recreated pod has no nominated node)
         if not realistic:
             p.node = None
         elif p.node is not None and not p.deleting:
@@ -878,7 +907,11 @@ def apply(cluster: Cluster, result: CycleResult, *, realistic: bool = False) -> 
     for b in result.binds:
         _, p = pods[b.pod]
         assert p.node is None and not p.absent, f"{b.pod} bound while it is not pending"
-        p.node = b.node
+        p.node, p.nominated = b.node, ""
+    for n in result.nominations:  # after the evictions, as the embedded cluster applies them
+        p = pods[n.pod][1]
+        if p.node is None:
+            p.nominated = n.node
     for s in result.pod_groups:
         g = cluster.group(s.name)
         g.last_start = datetime.fromisoformat(s.last_start) if s.last_start else None
@@ -919,10 +952,20 @@ def simulate(cluster: Cluster, *, realistic: bool, cycles: int = CYCLES, settle:
 @SETTINGS
 @example(cluster=HEAD_JOB_LIVELOCK)
 @example(cluster=BIND_RECLAIM_LIVELOCK)
+@example(cluster=NOMINATED_RECLAIM_PING_PONG)
 @given(eviction_clusters(boundaries=False))
 def test_simulated_cluster_settles(cluster):
     """Issue invariant 6, with the issue's model (evicted pods recreated Pending at once)."""
     simulate(cluster, realistic=False)
+
+
+def test_without_nomination_claims_a_pipelined_reclaim_ping_pongs():
+    """The example above is settled by the pipelined pod's claim: with ``claims: "false"`` (KAI's behaviour) the
+    same cluster evicts g2 and g1 in turn for g5 every cycle."""
+    with pytest.raises(AssertionError, match="no quiet cycle") as failure:
+        simulate(replace(NOMINATED_RECLAIM_PING_PONG, claims=False), realistic=False)
+    assert "('ns/g2-0', 'reclaim', 'ns/g5')" in str(failure.value)
+    assert "('ns/g1-0', 'reclaim', 'ns/g5')" in str(failure.value)
 
 
 @SETTINGS
