@@ -26,9 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.openb_reference import read_cluster, run_reference
 from kaisched.sim import traces
 from kaisched.sim.model import Arrival, Obj, Scenario, SimResult
-from kaisched.sim.openb import OpenBResult, placement_config, run_openb_experiment
+from kaisched.sim.openb import CURVE_POINTS, OpenBResult, placement_config, run_openb_experiment
+from kaisched.sim.traces import read_openb_pods
 
 OPENB_DIR: Final = Path("/work/shared/traces/openb")
 PODS: Final = "openb_pod_list_default.csv"
@@ -56,18 +58,49 @@ class Report:
 # ------------------------------------------------------------------------------------- OpenB experiment
 
 
+#: the paper's figures at 100 % arrived (Weng et al., ATC'23, mean of seeds 42-51)
+PAPER_FIGURES: Final = {"FGD": 95.23, "Best-fit": 92.86, "GPU packing": 91.78, "clustering": 91.65,
+                        "dot-product": 90.62, "random": 86.30}
+
+
 def openb_experiment(openb: Path, smoke: bool) -> list[Report]:
+    """Every row on the same workloads (seeds), side by side: kaisched's placements and the references written
+    from the paper (benchmarks/openb_reference.py), which show that the harness reproduces the paper."""
     seeds = range(42, 43) if smoke else range(42, 52)
+    pods = read_openb_pods(openb / PODS)
+    rows: list[tuple[str, dict[int, float], float, float]] = []
     reports: list[Report] = []
-    for label, config in (("binpack (default)", None), ("spread", placement_config("spread"))):
+    placements = (("kaisched binpack (KAI default)", None), ("kaisched GPU spread", placement_config("spread")))
+    for label, config in placements:
         if smoke and config is not None:
             continue
         result = run_openb_experiment(openb / PODS, openb / GPU_NODES, config, seeds)
-        print(f"placement: {label}")
-        print(result.format())
-        print()
+        rows.append((label, result.mean_curve(), result.spread, result.wall_seconds / len(result.seeds)))
         reports.append(Report(f"openb-experiment {label}", result.wall_seconds, _experiment_figures(result),
                               _experiment_checks(result)))
+    cluster = read_cluster(str(openb / GPU_NODES))
+    for policy, name in (("bestfit", "Best-fit"), ("fgd", "FGD")):
+        if smoke and policy == "fgd":
+            continue
+        t0 = time.perf_counter()
+        curves = [run_reference(pods, cluster, policy, seed)[0] for seed in seeds]
+        wall = time.perf_counter() - t0
+        mean = {k: sum(c[k] for c in curves) / len(curves) for k in CURVE_POINTS}
+        at100 = [c[100] for c in curves]
+        rows.append((f"reference {name} (paper: {PAPER_FIGURES[name]:.2f})", mean, max(at100) - min(at100),
+                     wall / len(curves)))
+        checks = [] if smoke or abs(mean[100] * 100 - PAPER_FIGURES[name]) <= 0.3 \
+            else [f"reference {name}: {mean[100]:.2%} at 100 %, the paper has {PAPER_FIGURES[name]:.2f} %"]
+        reports.append(Report(f"openb-experiment reference {name}", wall,
+                              {"curve": mean, "spread": max(at100) - min(at100)}, checks))
+    print(f"OpenB experiment: {len(pods):,} pods on {len(cluster.cpu):,} nodes / {cluster.capacity_milli // 1000:,} "
+          f"GPUs, seeds {seeds.start}-{seeds.stop - 1}; GPU allocation ratio (%) when the arrived pods ask k % of the "
+          "GPUs")
+    print(f"{'placement':<44}" + "".join(f"{k:>8}%" for k in CURVE_POINTS) + f"{'spread':>8}{'s/seed':>8}")
+    for label, mean, spread, per_seed in rows:
+        print(f"{label:<44}" + "".join(f"{mean[k] * 100:>9.2f}" for k in CURVE_POINTS)
+              + f"{spread * 100:>8.2f}{per_seed:>8.1f}")
+    print()
     return reports
 
 

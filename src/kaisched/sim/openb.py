@@ -3,31 +3,36 @@
 The experiment of the paper, on Alibaba's GPU cluster trace v2023 (``/work/shared/traces/README.md``):
 
 * the cluster is the GPU nodes only (``openb_node_list_gpu_node.csv``: 1,213 nodes, 6,212 GPUs);
-* the pod list is **inflated**: pods drawn from it with replacement (seeded) are appended until the
-  GPUs asked for reach 130 % of the cluster's, then the whole list is put in a **seeded random order**;
+* the workload of a seed (:func:`arrival_order`): the pod list **shuffled**, then **clones** drawn from it with
+  replacement appended until the next one would take the GPUs asked past 130 % of the cluster's (one
+  ``numpy.random.default_rng(seed)``);
 * pods arrive one at a time in that order and nothing departs; a pod that does not fit when it arrives
   is **dropped**;
-* the metric is the **GPU allocation ratio** = milli-GPUs allocated / (GPUs x 1000), read when the pods
-  arrived so far ask for 100 % of the cluster's GPUs; the figure is the mean over the seeds 42-51.
+* ties between equally good nodes are broken by a **per-seed random node order** (the paper's scheduler picks
+  one of the best at random; kaisched breaks ties by node name, so each node's name is prefixed with its rank in
+  that order);
+* the metric is the **GPU allocation ratio** = milli-GPUs allocated / (GPUs x 1000), sampled after every
+  arrival; the value at k % (:func:`curve`) is the mean of the samples whose arrived share of the cluster's GPUs
+  rounds to k %; the figure is the value at 100 %, mean over the seeds 42-51.
 
 How it runs on the real scheduler: with one queue, no departures and every pod its own PodGroup
 (minMember 1, the same priority class ``train``) created in arrival order, ONE allocate cycle over the
-pods that arrive before the 100 % point places them one at a time in arrival order (job order = priority,
-then creation time), exactly as if each had arrived in a cycle of its own; a pod left pending is a pod
+pods that arrive before the last point of the curve places them one at a time in arrival order (job order =
+priority, then creation time), exactly as if each had arrived in a cycle of its own; a pod left pending is a pod
 dropped. :func:`sequential_binds` does it literally, one cycle per pod, to check this on small cases.
 Only the ``allocate`` action runs (whatever the configuration's ``actions``): consolidation or preemption
 would move or evict placed pods, which the experiment does not.
 """
-
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
+
+import numpy as np
 
 from kaisched.cluster.schedule import resolve_config, schedule
 from kaisched.framework.config import DEFAULT_PLUGINS, SchedulerConfig
@@ -39,7 +44,8 @@ from kaisched.sim.traces import OpenBPod, job_objects, openb_nodes, queue_object
 
 SEEDS: Final = range(42, 52)
 INFLATION: Final = 1.3  # the pod list is resampled until it asks for 130 % of the GPUs
-READ_AT: Final = 1.0  # the ratio is read when the arrived pods ask for 100 % of the GPUs
+READ_AT: Final = 1.0  # the figure: the curve's value at 100 % of the GPUs asked
+CURVE_POINTS: Final = (50, 70, 90, 95, 100)  # % of the GPUs asked
 QUEUE: Final = "openb"
 NAMESPACE: Final = "openb"
 EPOCH: Final = datetime(2026, 1, 1, tzinfo=UTC)  # pod i is created at EPOCH + i seconds
@@ -63,7 +69,7 @@ def placement_config(gpu: str = "binpack", cpu: str = "binpack") -> dict[str, An
 @dataclass(frozen=True, slots=True)
 class SeedResult:
     seed: int
-    ratio: float  # allocated milli-GPUs / total milli-GPUs at the 100 % point
+    ratio: float  # the curve's value at 100 %: allocated / total milli-GPUs, mean of the samples there
     arrived: int  # pods arrived up to the 100 % point
     placed: int
     dropped: int
@@ -71,6 +77,7 @@ class SeedResult:
     allocated_milli: int  # milli-GPUs of the placed pods
     gpu_pods_dropped: int  # dropped pods that ask for GPUs
     wall_seconds: float  # building the objects and the cycle
+    curve: Mapping[int, float]  # point (% of the GPUs asked) -> allocation ratio (:func:`curve`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,16 @@ class OpenBResult:
     @property
     def mean_ratio(self) -> float:
         return sum(self.ratios) / len(self.seeds) if self.seeds else 0.0
+
+    def mean_curve(self) -> dict[int, float]:
+        """The curve's mean over the seeds, per point."""
+        points = self.seeds[0].curve if self.seeds else {}
+        return {k: sum(s.curve[k] for s in self.seeds) / len(self.seeds) for k in points}
+
+    @property
+    def spread(self) -> float:
+        """The largest minus the smallest seed's figure."""
+        return max(self.ratios) - min(self.ratios) if self.seeds else 0.0
 
     @property
     def pods_arrived(self) -> int:
@@ -119,20 +136,29 @@ def format_result(result: OpenBResult) -> str:
 
 def arrival_order(pods: Sequence[OpenBPod], capacity_milli: int, seed: int, *,
                   inflation: float = INFLATION) -> list[OpenBPod]:
-    """The inflated pod list in its seeded random order: pods drawn with replacement are appended until the
-    GPUs asked reach ``inflation`` x the capacity, then everything is shuffled (one ``random.Random(seed)``)."""
-    if not pods:
-        return []
-    rng = random.Random(seed)
-    out = list(pods)
-    asked = sum(p.gpu_milli for p in out)
-    if any(p.gpu_milli for p in pods):
-        while asked < inflation * capacity_milli:
-            p = rng.choice(pods)
-            out.append(p)
-            asked += p.gpu_milli
-    rng.shuffle(out)
-    return out
+    """The paper's workload for one seed: the pod list shuffled, then clones drawn from it with replacement
+    appended until the next one would take the milli-GPUs asked past ``inflation`` x the capacity (one
+    ``numpy.random.default_rng(seed)``; a list without GPU pods is only shuffled)."""
+    rng = np.random.default_rng(seed)
+    order = [pods[int(i)] for i in rng.permutation(len(pods))]
+    if not any(p.gpu_milli for p in pods):
+        return order
+    asked = sum(p.gpu_milli for p in order)
+    while True:
+        clone = pods[int(rng.integers(len(pods)))]
+        if asked + clone.gpu_milli > inflation * capacity_milli:
+            return order
+        order.append(clone)
+        asked += clone.gpu_milli
+
+
+def node_tie_order(count: int, seed: int) -> list[int]:
+    """The per-seed random order of the nodes that breaks ties: node i's rank in it."""
+    rng = np.random.default_rng(seed + 1_000_003)
+    rank = [0] * count
+    for position, node in enumerate(rng.permutation(count)):
+        rank[int(node)] = position
+    return rank
 
 
 def arrived_prefix(order: Sequence[OpenBPod], capacity_milli: int, *, read_at: float = READ_AT) -> list[OpenBPod]:
@@ -143,6 +169,53 @@ def arrived_prefix(order: Sequence[OpenBPod], capacity_milli: int, *, read_at: f
         if asked >= read_at * capacity_milli:
             return list(order[:i + 1])
     return list(order)
+
+
+def curve(arrived: Sequence[float], allocated: Sequence[float],
+          points: Sequence[int] = CURVE_POINTS) -> dict[int, float]:
+    """Per point k (%): the mean allocation ratio of the samples (one after each arrival) whose arrived share of
+    the capacity rounds to k %; where none does (a small cluster, where one pod asks more than a percent), the
+    sample of the first arrival that reaches k % (NaN when none does)."""
+    raw = np.asarray(arrived, dtype=np.float64)
+    share = np.rint(raw * 100).astype(np.int64)
+    alloc = np.asarray(allocated, dtype=np.float64)
+    out: dict[int, float] = {}
+    for k in points:
+        at = share == k
+        if bool(at.any()):
+            out[k] = float(alloc[at].mean())
+        else:
+            reached = np.flatnonzero(raw >= k / 100)
+            out[k] = float(alloc[reached[0]]) if len(reached) else float("nan")
+    return out
+
+
+def samples(arrivals: Sequence[OpenBPod], placed: Iterable[int], capacity_milli: int
+            ) -> tuple[list[float], list[float]]:
+    """After each arrival: the share of the capacity asked so far and the share allocated (``placed``: the
+    indexes of the arrivals that were placed)."""
+    taken = set(placed)
+    arrived: list[float] = []
+    allocated: list[float] = []
+    asked = got = 0
+    for i, p in enumerate(arrivals):
+        asked += p.gpu_milli
+        if i in taken:
+            got += p.gpu_milli
+        arrived.append(asked / capacity_milli)
+        allocated.append(got / capacity_milli)
+    return arrived, allocated
+
+
+def ranked_nodes(nodes: Sequence[Obj], seed: int) -> list[Obj]:
+    """The nodes renamed ``r<rank>-<name>`` by their rank in the seed's tie order (:func:`node_tie_order`)."""
+    rank = node_tie_order(len(nodes), seed)
+    width = len(str(max(len(nodes) - 1, 0)))
+    out: list[Obj] = []
+    for i, n in enumerate(nodes):
+        meta = {**n["metadata"], "name": f"r{rank[i]:0{width}d}-{n['metadata']['name']}"}
+        out.append({**n, "metadata": meta})
+    return out
 
 
 def _pod_name(i: int, pod: OpenBPod) -> str:
@@ -228,18 +301,27 @@ def _check(result: CycleResult) -> None:
 
 def run_seed(nodes: Sequence[Obj], pods: Sequence[OpenBPod], seed: int,
              config: SchedulerConfig | Mapping[str, Any] | None = None, *,
-             inflation: float = INFLATION, read_at: float = READ_AT) -> SeedResult:
+             inflation: float = INFLATION, read_at: float = READ_AT,
+             points: Sequence[int] = CURVE_POINTS) -> SeedResult:
+    """One seed: the curve over ``points`` (the pods arriving until the last point is passed by half a percent
+    placed in one cycle), the figure at ``read_at``, and the counts of the pods up to ``read_at``."""
     t0 = time.perf_counter()
     capacity = sum(int(n["status"]["allocatable"].get(C.GPU_RESOURCE, 0)) for n in nodes) * 1000
-    arrivals = arrived_prefix(arrival_order(pods, capacity, seed, inflation=inflation), capacity, read_at=read_at)
-    placed = one_cycle_binds(nodes, arrivals, config)
-    allocated = sum(arrivals[i].gpu_milli for i in placed)
-    requested = sum(p.gpu_milli for p in arrivals)
-    gpu_dropped = sum(1 for i, p in enumerate(arrivals) if p.gpu_milli and i not in placed)
-    return SeedResult(seed=seed, ratio=allocated / capacity if capacity else 0.0, arrived=len(arrivals),
-                      placed=len(placed), dropped=len(arrivals) - len(placed), requested_milli=requested,
-                      allocated_milli=allocated, gpu_pods_dropped=gpu_dropped,
-                      wall_seconds=time.perf_counter() - t0)
+    order = arrival_order(pods, capacity, seed, inflation=inflation)
+    last = max([*points, round(read_at * 100)]) / 100 + 0.005
+    arrivals = arrived_prefix(order, capacity, read_at=last)
+    placed = one_cycle_binds(ranked_nodes(nodes, seed), arrivals, config)
+    arrived, allocated = samples(arrivals, placed, capacity)
+    shape = curve(arrived, allocated, sorted({*points, round(read_at * 100)}))
+    counted = len(arrived_prefix(arrivals, capacity, read_at=read_at))
+    requested = sum(p.gpu_milli for p in arrivals[:counted])
+    got = sum(arrivals[i].gpu_milli for i in placed if i < counted)
+    placed_n = sum(1 for i in placed if i < counted)
+    gpu_dropped = sum(1 for i, p in enumerate(arrivals[:counted]) if p.gpu_milli and i not in placed)
+    return SeedResult(seed=seed, ratio=shape[round(read_at * 100)], arrived=counted, placed=placed_n,
+                      dropped=counted - placed_n, requested_milli=requested, allocated_milli=got,
+                      gpu_pods_dropped=gpu_dropped, wall_seconds=time.perf_counter() - t0,
+                      curve={k: shape[k] for k in points})
 
 
 def run_openb_experiment(
@@ -263,5 +345,6 @@ def run_openb_experiment(
     return OpenBResult(str(pod_csv), str(node_csv), len(nodes), gpus, config, results, time.perf_counter() - t0)
 
 
-__all__ = ["OpenBResult", "SeedResult", "arrival_order", "arrived_prefix", "format_result", "one_cycle_binds",
-           "placement_config", "run_openb_experiment", "run_seed", "sequential_binds"]
+__all__ = ["CURVE_POINTS", "OpenBResult", "SeedResult", "arrival_order", "arrived_prefix", "curve", "format_result",
+           "node_tie_order", "one_cycle_binds", "placement_config", "ranked_nodes", "run_openb_experiment",
+           "run_seed", "samples", "sequential_binds"]
