@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
+
 from benchmarks.openb_reference import read_cluster, run_reference
 from kaisched.sim import traces
 from kaisched.sim.model import Arrival, Obj, Scenario, SimResult
@@ -59,6 +61,7 @@ class Report:
 
 
 #: the paper's figures at 100 % arrived (Weng et al., ATC'23, mean of seeds 42-51)
+FRAGMENTATION_CONFIG: Final = Path(__file__).resolve().parents[1] / "examples" / "config" / "fragmentation-aware.yaml"
 PAPER_FIGURES: Final = {"FGD": 95.23, "Best-fit": 92.86, "GPU packing": 91.78, "clustering": 91.65,
                         "dot-product": 90.62, "random": 86.30}
 
@@ -70,7 +73,9 @@ def openb_experiment(openb: Path, smoke: bool) -> list[Report]:
     pods = read_openb_pods(openb / PODS)
     rows: list[tuple[str, dict[int, float], float, float]] = []
     reports: list[Report] = []
-    placements = (("kaisched binpack (KAI default)", None), ("kaisched GPU spread", placement_config("spread")))
+    aware = yaml.safe_load(FRAGMENTATION_CONFIG.read_text())
+    placements = (("kaisched binpack (KAI default)", None), ("kaisched GPU spread", placement_config("spread")),
+                  ("kaisched gpufragmentation", aware))
     for label, config in placements:
         if smoke and config is not None:
             continue

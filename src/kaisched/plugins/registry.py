@@ -8,6 +8,7 @@ from kaisched.framework.config import ConfigError, PluginOption, SchedulerConfig
 from kaisched.framework.plugin import Plugin
 from kaisched.plugins.affinity_scoring import PodAffinityPlugin
 from kaisched.plugins.dynamicresources import DynamicResourcesPlugin
+from kaisched.plugins.fragmentation import FragmentationPlugin
 from kaisched.plugins.gpu_sharing import GpuPackPlugin, GpuSharingOrderPlugin, GpuSpreadPlugin
 from kaisched.plugins.minruntime import MinRuntimePlugin
 from kaisched.plugins.ordering import (
@@ -50,6 +51,7 @@ PLUGINS: Mapping[str, type[Plugin]] = {
         GpuSharingOrderPlugin,
         TopologyPlugin,
         DynamicResourcesPlugin,
+        FragmentationPlugin,
     )
 }
 

@@ -1,0 +1,248 @@
+"""``gpufragmentation``: place a pod where it fragments the cluster's GPUs least, for the pods the cluster sees.
+
+Not a KAI plugin (kaisched's own, docs/placement.md): a KAI-format configuration turns it on in ``tiers``
+(``examples/config/fragmentation-aware.yaml``), in place of ``nodeplacement``'s GPU binpack.
+
+The measure (after Weng et al., "Beware of Fragmentation", USENIX ATC'23, and beyond it): a node's
+**fragmentation** is the GPU it has free that the next pod could not use, expected over the **workload** — the pod
+shapes of the cluster's own pods (running and pending, every GPU pod of the session; GPU count or share, CPU and
+memory), each weighted by ``0.5 ** (age / halfLife)`` of its creation (so that the measure follows a changing
+workload), never a trace file. For one shape, the free GPU of a node that can host it (its CPU, its memory and
+enough devices with room) is fragmented where a device has less room than the shape asks; for a shape the node
+cannot host at all, all its free GPU is. So a GPU without the CPU or memory to drive it counts as stranded, which
+the paper's measure ignores for memory.
+
+A pod's score on a node is the fragmentation its placement removes (usually negative: the smallest increase wins),
+``-(F_after - F_before)`` in GPUs, times ``weight`` (default 1000, so it outweighs the default scorers' tie
+breaks), the device of a share being the one ``gpupack`` chooses (the fullest device with room). Nodes' states and
+fragmentations are kept for the session and figured again only for the nodes whose accounting changed
+(``NodeTable.changed_since``): a placement costs the candidates' after-states, not a rebuild.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from kaisched.framework.config import ConfigError
+from kaisched.framework.plugin import NodeCandidates, Plugin
+from kaisched.framework.session import Session
+from kaisched.k8s.quantity import QuantityError, parse_duration
+from kaisched.model.gpu import GpuKind
+from kaisched.model.node import NodeTable
+from kaisched.model.resources import CPU, GPU, MEMORY, Vector
+from kaisched.model.status import TaskStatus
+from kaisched.model.task import TaskInfo
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+EPS = 1e-9
+DEFAULT_WEIGHT = 1000.0
+DEFAULT_HALF_LIFE_S = 24 * 3600.0
+#: changed nodes figured again one by one up to this many; beyond, every node (one vectorised pass)
+REFRESH_LIMIT = 256
+
+
+class Workload:
+    """The pod shapes the measure is taken over: per shape (CPU millicores, memory bytes, devices, share of each
+    device), its weight (summing to 1)."""
+
+    def __init__(self, cpu: FloatArray, memory: FloatArray, devices: FloatArray, portion: FloatArray,
+                 weight: FloatArray) -> None:
+        self.cpu, self.memory, self.devices, self.portion, self.weight = cpu, memory, devices, portion, weight
+
+    def __len__(self) -> int:
+        return len(self.weight)
+
+    @staticmethod
+    def of(tasks: Sequence[TaskInfo], now: datetime, half_life_s: float) -> Workload:
+        """The GPU pods' shapes (whole GPUs and shares; DRA, MIG and gpu-memory requests aside), each pod weighted
+        by its age; shapes in a stated order (weight, then fields, descending) so that sums are deterministic."""
+        weights: dict[tuple[float, float, float, float], float] = {}
+        for t in tasks:
+            shape = _shape(t)
+            if shape is None:
+                continue
+            age = max((now - t.creation).total_seconds(), 0.0)
+            w = 0.5 ** (age / half_life_s) if half_life_s > 0 else 1.0
+            weights[shape] = weights.get(shape, 0.0) + w
+        items = sorted(weights.items(), key=lambda kv: (-kv[1], tuple(-x for x in kv[0])))
+        total = sum(w for _, w in items)
+        if not items or total <= 0:
+            z = np.zeros(0)
+            return Workload(z, z, z, z, z)
+        cols = list(zip(*(k for k, _ in items), strict=True))
+        return Workload(np.asarray(cols[0]), np.asarray(cols[1]), np.asarray(cols[2]), np.asarray(cols[3]),
+                        np.asarray([w / total for _, w in items]))
+
+
+def _shape(task: TaskInfo) -> tuple[float, float, float, float] | None:
+    """(CPU millicores, memory bytes, devices, share of each device) of a GPU pod, None for any other."""
+    g = task.gpu
+    if g.kind is GpuKind.WHOLE and g.count > 0:
+        devices, portion = float(g.count), 1.0
+    elif g.kind is GpuKind.FRACTION and g.count > 0:
+        devices, portion = float(g.count), float(g.portion)
+    else:
+        return None
+    return float(task.req[CPU]), float(task.req[MEMORY]), devices, portion
+
+
+def fragmentation(cpu: FloatArray, memory: FloatArray, free: FloatArray, workload: Workload) -> FloatArray:
+    """Each node state's expected free GPU the workload's next pod could not use (``free``: per node and device,
+    the share of the device free; -1 for devices a node does not have)."""
+    room = np.where(free > 0, free, 0.0)
+    total = room.sum(axis=1)
+    out = np.zeros(len(cpu))
+    for i in range(len(workload)):
+        portion = float(workload.portion[i])
+        fits = free + EPS >= portion
+        host = (cpu + EPS >= workload.cpu[i]) & (memory + EPS >= workload.memory[i]) \
+            & (fits.sum(axis=1) >= workload.devices[i])
+        small = np.where(fits, 0.0, room).sum(axis=1)
+        out += float(workload.weight[i]) * np.where(host, small, total)
+    return out
+
+
+class FragmentationPlugin(Plugin):
+    """Node scores by the fragmentation a placement adds (module docstring)."""
+
+    name = "gpufragmentation"
+
+    def __init__(self, arguments: Mapping[str, str]) -> None:
+        super().__init__(arguments)
+        raw_weight = arguments.get("weight", str(DEFAULT_WEIGHT))
+        try:
+            self.weight = float(raw_weight)
+        except ValueError:
+            raise ConfigError(f"plugin gpufragmentation: argument weight: expected a number, got {raw_weight!r}") \
+                from None
+        if not math.isfinite(self.weight) or self.weight < 0:
+            raise ConfigError(f"plugin gpufragmentation: argument weight: expected a number >= 0, got {raw_weight!r}")
+        raw_res = arguments.get("resolution", "0")
+        try:
+            self.resolution = float(raw_res)
+        except ValueError:
+            raise ConfigError(f"plugin gpufragmentation: argument resolution: expected a number, got {raw_res!r}") \
+                from None
+        raw_half = arguments.get("halfLife", "")
+        self.half_life_s = DEFAULT_HALF_LIFE_S
+        if raw_half:
+            try:
+                self.half_life_s = parse_duration(raw_half).total_seconds()
+            except (QuantityError, ValueError):
+                raise ConfigError(f"plugin gpufragmentation: argument halfLife: expected a duration such as 24h, "
+                                  f"got {raw_half!r}") from None
+            if self.half_life_s <= 0:
+                raise ConfigError(f"plugin gpufragmentation: argument halfLife: expected a duration > 0, got "
+                                  f"{raw_half!r}")
+
+    def on_session_open(self, ssn: Session) -> None:
+        tasks = [t for job in ssn.jobs.values() for t in job.tasks
+                 if t.status is not TaskStatus.SUCCEEDED and t.status is not TaskStatus.FAILED]
+        self.workload = Workload.of(tasks, ssn.now, self.half_life_s)
+        if not len(self.workload):
+            return  # no GPU pod: nothing to measure, every node alike
+        self.nodes = ssn.nodes
+        width = max(int(np.max(ssn.nodes.gpu_capacity, initial=0)), 1)
+        n = len(ssn.nodes)
+        self.width = width
+        self.cpu: FloatArray = np.zeros(n)
+        self.memory: FloatArray = np.zeros(n)
+        self.free: FloatArray = np.full((n, width), -1.0)
+        self.frag: FloatArray = np.zeros(n)
+        self.node_version: npt.NDArray[np.int64] = np.zeros(n, dtype=np.int64)  # bumped by each refresh of a node
+        # per task shape: the node version each node's gain was figured at, and the gains
+        self._gains: dict[tuple[float, float, GpuKind, int, float], tuple[npt.NDArray[np.int64], FloatArray]] = {}
+        self._refresh(np.arange(n))
+        self.version = ssn.nodes.version
+        ssn.add_node_scorer(self.score, neutral=self.neutral)
+
+    # ---- the nodes' states -----------------------------------------------------------------------------------
+    def _refresh(self, nodes: npt.NDArray[np.int64]) -> None:
+        table: NodeTable = self.nodes
+        self.cpu[nodes] = table.idle[CPU].take(nodes)
+        self.memory[nodes] = table.idle[MEMORY].take(nodes)
+        capacity = table.gpu_capacity
+        shared = table.shared
+        for j in nodes.tolist():
+            row = np.full(self.width, -1.0)
+            cap = int(capacity[j])
+            row[:cap] = 0.0
+            whole = max(math.floor(float(table.idle[GPU, j]) + EPS), 0)
+            k = 0
+            mem = float(shared.mem[j])
+            for grp in sorted(shared.groups[j].values(), key=lambda g: g.name):
+                if k >= cap or grp.empty:
+                    continue
+                row[k] = max(grp.free_pipe(mem), 0.0) / mem if mem > 0 and grp.shareable else 0.0
+                k += 1
+            row[k:min(k + whole, cap)] = 1.0
+            self.free[j] = row
+        self.frag[nodes] = fragmentation(self.cpu[nodes], self.memory[nodes], self.free[nodes], self.workload)
+        self.node_version[nodes] += 1
+
+    def _sync(self) -> None:
+        table: NodeTable = self.nodes
+        if table.version == self.version:
+            return
+        changed = table.changed_since(self.version, REFRESH_LIMIT)
+        self._refresh(np.arange(len(table)) if changed is None else changed)
+        self.version = table.version
+
+    # ---- scores ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def neutral(task: TaskInfo) -> bool:
+        return False
+
+    def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
+        idx = cands.indices
+        if len(idx) == 0:
+            return np.zeros(0)
+        self._sync()
+        g = task.gpu
+        key = (float(task.req[CPU]), float(task.req[MEMORY]), g.kind, g.count, g.portion)
+        known = self._gains.get(key)
+        if known is None:
+            n = len(self.frag)
+            known = self._gains[key] = (np.full(n, -1, dtype=np.int64), np.zeros(n))
+        version, gains = known
+        stale = idx[version.take(idx) != self.node_version.take(idx)]
+        if len(stale):
+            gains[stale] = self._gain(task, stale)
+            version[stale] = self.node_version.take(stale)
+        out: Vector = gains.take(idx) * self.weight
+        return out
+
+    def _gain(self, task: TaskInfo, idx: npt.NDArray[np.int64]) -> FloatArray:
+        """The fragmentation the task's placement removes on each node of ``idx`` (GPUs; mostly negative), on
+        the scale of ``resolution`` when set."""
+        cpu = self.cpu[idx] - float(task.req[CPU])
+        memory = self.memory[idx] - float(task.req[MEMORY])
+        free = self.free[idx].copy()
+        g = task.gpu
+        if g.kind is GpuKind.WHOLE and g.count > 0:
+            whole = free >= 1.0 - EPS
+            taken = whole & (np.cumsum(whole, axis=1) <= g.count)
+            free[taken] = 0.0
+        elif g.kind is GpuKind.FRACTION and g.count > 0:
+            rows = np.arange(len(idx))
+            used = np.zeros(free.shape, dtype=np.bool_)
+            for _ in range(g.count):  # the fullest device with room (gpupack's choice), one per device asked
+                room = np.where((free + EPS >= g.portion) & ~used, free, np.inf)
+                dev = np.argmin(room, axis=1)
+                ok = np.isfinite(room[rows, dev])
+                free[rows[ok], dev[ok]] -= g.portion
+                used[rows[ok], dev[ok]] = True
+        gain: FloatArray = self.frag[idx] - fragmentation(cpu, memory, free, self.workload)
+        if self.resolution > 0:
+            gain = np.floor(100.0 / (1.0 + np.exp(-gain)) / self.resolution) * self.resolution / 100.0
+        return gain
+
+
+__all__ = ["FragmentationPlugin", "Workload", "fragmentation"]
