@@ -56,6 +56,19 @@ def test_a_single_gpu_pod_keeps_room_for_the_two_gpu_pods_the_cluster_runs() -> 
             *_job("run0", 1, "a"), *_job("big", 2, "c"), *_job("small", 1)]
     assert _binds(objs, BINPACK) == {"default/small-0": "b"}
     assert _binds(objs, _config()) == {"default/small-0": "a"}
+    shipped = yaml.safe_load(CONFIG.read_text())  # the paper's scale, best fit within a step: the same here
+    assert _binds(objs, shipped) == {"default/small-0": "a"}
+
+
+def test_best_fit_breaks_the_ties_of_the_coarse_scale() -> None:
+    # a and b: 4 free GPUs each, a with 4 cores left, b with 60. The workload is 1-GPU pods of 2 cores: a 1-GPU pod
+    # strands nothing on either (the same step), and best fit takes a, where less is left; without it, the first by
+    # name (a too), so name b the tight one
+    objs = [node("b", gpus=4, cpu=8), node("a", gpus=4, cpu=64), queue("q"),
+            pod_group("r", queue="q"), pod("r-0", group="r", gpus=0, cpu=4, node="b"),
+            *_job("one", 1, cpu=2)]
+    assert _binds(objs, _config(resolution="1")) == {"default/one-0": "b"}
+    assert _binds(objs, _config(resolution="1", tieBreak="none")) == {"default/one-0": "a"}
 
 
 def test_a_gpu_without_the_memory_to_drive_it_counts_as_stranded() -> None:
@@ -82,6 +95,7 @@ def test_without_gpu_pods_every_node_is_alike_and_binpack_decides() -> None:
     ({"halfLife": "soon"}, "argument halfLife: expected a duration such as 24h, got 'soon'"),
     ({"halfLife": "-1h"}, "argument halfLife: expected a duration > 0"),
     ({"resolution": "fine"}, "argument resolution: expected a number"),
+    ({"tieBreak": "random"}, "argument tieBreak: expected bestfit or none, got 'random'"),
 ])
 def test_bad_arguments_are_configuration_errors_naming_the_argument(arguments: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

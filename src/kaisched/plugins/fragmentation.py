@@ -130,6 +130,10 @@ class FragmentationPlugin(Plugin):
         except ValueError:
             raise ConfigError(f"plugin gpufragmentation: argument resolution: expected a number, got {raw_res!r}") \
                 from None
+        tie = arguments.get("tieBreak", "bestfit")
+        if tie not in ("bestfit", "none"):
+            raise ConfigError(f"plugin gpufragmentation: argument tieBreak: expected bestfit or none, got {tie!r}")
+        self.best_fit = tie == "bestfit"
         raw_half = arguments.get("halfLife", "")
         self.half_life_s = DEFAULT_HALF_LIFE_S
         if raw_half:
@@ -156,6 +160,8 @@ class FragmentationPlugin(Plugin):
         self.memory: FloatArray = np.zeros(n)
         self.free: FloatArray = np.full((n, width), -1.0)
         self.frag: FloatArray = np.zeros(n)
+        self.max_cpu = max(float(np.max(ssn.nodes.allocatable[CPU], initial=0.0)), 1.0)
+        self.max_gpus = float(width)
         self.node_version: npt.NDArray[np.int64] = np.zeros(n, dtype=np.int64)  # bumped by each refresh of a node
         # per task shape: the node version each node's gain was figured at, and the gains
         self._gains: dict[tuple[float, float, GpuKind, int, float], tuple[npt.NDArray[np.int64], FloatArray]] = {}
@@ -241,7 +247,12 @@ class FragmentationPlugin(Plugin):
                 used[rows[ok], dev[ok]] = True
         gain: FloatArray = self.frag[idx] - fragmentation(cpu, memory, free, self.workload)
         if self.resolution > 0:
-            gain = np.floor(100.0 / (1.0 + np.exp(-gain)) / self.resolution) * self.resolution / 100.0
+            step = self.resolution / 100.0
+            gain = np.floor(100.0 / (1.0 + np.exp(-gain)) / self.resolution) * step
+            if self.best_fit:  # within a step: the node with the least left (CPU and GPU, as shares of the largest)
+                left = 0.5 * np.clip(cpu, 0.0, None) / self.max_cpu \
+                    + 0.5 * np.where(free > 0, free, 0.0).sum(axis=1) / self.max_gpus
+                gain = gain + 0.9 * step * (1.0 - np.clip(left, 0.0, 1.0))
         return gain
 
 
