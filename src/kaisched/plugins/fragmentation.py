@@ -95,17 +95,15 @@ def _shape(task: TaskInfo) -> tuple[float, float, float, float] | None:
 
 def fragmentation(cpu: FloatArray, memory: FloatArray, free: FloatArray, workload: Workload) -> FloatArray:
     """Each node state's expected free GPU the workload's next pod could not use (``free``: per node and device,
-    the share of the device free; -1 for devices a node does not have)."""
-    room = np.where(free > 0, free, 0.0)
+    the share of the device free; -1 for devices a node does not have). One pass over nodes x shapes x devices."""
+    room = np.where(free > 0, free, 0.0)  # (nodes, devices)
     total = room.sum(axis=1)
-    out = np.zeros(len(cpu))
-    for i in range(len(workload)):
-        portion = float(workload.portion[i])
-        fits = free + EPS >= portion
-        host = (cpu + EPS >= workload.cpu[i]) & (memory + EPS >= workload.memory[i]) \
-            & (fits.sum(axis=1) >= workload.devices[i])
-        small = np.where(fits, 0.0, room).sum(axis=1)
-        out += float(workload.weight[i]) * np.where(host, small, total)
+    fits = free[:, None, :] + EPS >= workload.portion[None, :, None]  # (nodes, shapes, devices)
+    host = (cpu[:, None] + EPS >= workload.cpu[None, :]) & (memory[:, None] + EPS >= workload.memory[None, :]) \
+        & (fits.sum(axis=2) >= workload.devices[None, :])
+    small = np.where(fits, 0.0, room[:, None, :]).sum(axis=2)  # (nodes, shapes)
+    lost = np.where(host, small, total[:, None])
+    out: FloatArray = lost @ workload.weight
     return out
 
 
