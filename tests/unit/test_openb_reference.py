@@ -81,7 +81,8 @@ def test_the_curve_averages_the_samples_that_round_to_each_point() -> None:
     assert points[50] == pytest.approx(0.55)  # 0.5 and 0.504 (0.494 rounds to 49)
     assert points[51] == pytest.approx(0.9)
     assert points[100] == pytest.approx(0.8)
-    assert math.isnan(points[70])
+    assert points[70] == pytest.approx(0.8)  # none rounds to 70: the first sample that reaches it
+    assert math.isnan(curve([0.5], [0.4], points=(70,))[70])  # none reaches it
 
 
 def test_typical_shapes_cover_the_popular_gpu_pods_renormalised() -> None:
