@@ -68,6 +68,7 @@ test: lint typecheck helm unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/python -m benchmarks.dra --smoke
 	$(BIN)/python -m benchmarks.busy --smoke
+	$(BIN)/python -m benchmarks.fragmentation --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 
 # Nightly: every hypothesis test (tests/property, the unit ones: `-m hypothesis` under FUZZ_TESTS) with fresh random
