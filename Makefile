@@ -8,7 +8,7 @@ PIP := $(BIN)/pip --disable-pip-version-check
 # lock.txt for the container image (runtime only)
 DEV_LOCK := requirements/dev.txt
 
-.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz
+.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz chromium
 
 # The development environment: the locked versions and nothing else, then kaisched itself, editable, with no
 # resolution of its own (hatchling, which builds it, is in the lock too).
@@ -64,11 +64,16 @@ kube-apiserver:
 helm:
 	scripts/helm.sh build
 
-test: lint typecheck helm unit unit-compiled kube-apiserver
+# Debian's chromium and chromium-driver for the dashboard's browser test (installed once when missing).
+chromium:
+	scripts/chromium.sh build
+
+test: lint typecheck helm chromium unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/python -m benchmarks.dra --smoke
 	$(BIN)/python -m benchmarks.busy --smoke
 	$(BIN)/python -m benchmarks.fragmentation --smoke
+	$(BIN)/python -m benchmarks.dashboard --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 
 # Nightly: every hypothesis test (tests/property, the unit ones: `-m hypothesis` under FUZZ_TESTS) with fresh random

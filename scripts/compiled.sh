@@ -33,7 +33,7 @@ fingerprint() {
     {
         "$PYTHON" -c 'import sys, mypy.version; print(sys.version, mypy.version.__version__)'
         printf '%s\n' "${PACKAGES[@]}" -- "${EXCLUDED[@]}"
-        find src/kaisched -name '*.py' -print0 | sort -z | xargs -0 sha256sum
+        find src/kaisched -type f ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum  # (assets too)
     } | sha256sum | cut -d' ' -f1
 }
 

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from kaisched.cli.dashboard import dashboard_command
 from kaisched.cli.explain import explain_command
 from kaisched.cli.get import get_command
 from kaisched.cli.run import run_command
@@ -35,6 +36,7 @@ def cli() -> None:
     """kaisched: a KAI-compatible GPU cluster scheduler."""
 
 
+cli.add_command(dashboard_command)
 cli.add_command(explain_command)
 cli.add_command(get_command)
 cli.add_command(run_command)

@@ -9,6 +9,7 @@ from types import FrameType
 
 import click
 
+from kaisched.cli.dashboard import attach as attach_dashboard
 from kaisched.cli.schedule import input_limits
 from kaisched.cluster.schedule import resolve_config
 from kaisched.framework.config import ConfigError, SchedulerConfig
@@ -109,6 +110,8 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
                          lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
                          retry_period=retry_period, listen_host=host, listen_port=port, max_cycles=max_cycles)
     scheduler = KubeScheduler(api, config, options)
+    if port is not None:  # the dashboard on the metrics/health port (docs/dashboard.md)
+        attach_dashboard(scheduler)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         scheduler.stop()

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kaisched.kube.metrics import CONTENT_TYPE
 
 Renderer = Callable[[], bytes]
+#: an extra route: ``GET target`` -> (status, content type, body), or None when the path is not its own (the
+#: dashboard's routes, added by ``kaisched run``: kube/ itself knows no dashboard)
+Route = Callable[[str], "tuple[int, str, bytes] | None"]
 
 
 class Health:
@@ -70,9 +73,11 @@ class Health:
 class HealthServer:
     """Serves ``/metrics``, ``/healthz`` and ``/readyz``. ``port=0`` picks a free port (see :attr:`port`)."""
 
-    def __init__(self, health: Health, metrics: Renderer, host: str = "0.0.0.0", port: int = 8080) -> None:
+    def __init__(self, health: Health, metrics: Renderer, host: str = "0.0.0.0", port: int = 8080,
+                 routes: Sequence[Route] = ()) -> None:
         self.health = health
         self._metrics = metrics
+        self._routes = routes
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -137,6 +142,15 @@ class HealthServer:
             else:
                 self._reply(request, 503, b"caches not synced\n")
         else:
+            for route in self._routes:
+                try:
+                    answer = route(request.path)
+                except Exception as exc:  # a broken route answers 500 with a sentence, never a traceback
+                    answer = (500, "text/plain; charset=utf-8",
+                              f"internal error: {type(exc).__name__}: {exc}\n".encode())
+                if answer is not None:
+                    self._reply(request, answer[0], answer[2], answer[1])
+                    return
             self._reply(request, 404, b"not found\n")
 
     @staticmethod

@@ -151,6 +151,10 @@ class KubeScheduler:
         self.cycles = 0
         self.memo = CycleMemo()  # the last quiet cycle: an unchanged cluster is not scheduled again
         self.failures: list[Failure] = []
+        # hooks of the command that runs this scheduler (kaisched run wires the dashboard): called after each
+        # cycle with (prepared objects, result, now) on the scheduling thread, and extra routes of the HTTP server
+        self.cycle_listeners: list[Callable[[ParsedObjects, CycleResult, datetime], None]] = []
+        self.http_routes: list[Callable[[str], tuple[int, str, bytes] | None]] = []
         self._stop = threading.Event()
         self._lost = threading.Event()
         self._leading = threading.Event()
@@ -164,7 +168,7 @@ class KubeScheduler:
             informer.start()
         if self.options.listen_port is not None:
             self.server = HealthServer(self.health, self.metrics.render, self.options.listen_host,
-                                       self.options.listen_port).start()
+                                       self.options.listen_port, self.http_routes).start()
         if self.options.leader_elect:
             o = self.options
             self.elector = LeaderElector(
@@ -387,6 +391,11 @@ class KubeScheduler:
                 writer.submit(stale_reservations(api_claims, api_pods, claims_kind.api_version))
             writer.submit(self._error_events(result.errors, now))
             self.metrics.record_cycle(result, timings, self.lookup, now)
+            for listener in self.cycle_listeners:
+                try:
+                    listener(prepared, result, now)
+                except Exception:  # a listener (the dashboard) never stops scheduling
+                    log.exception("cycle listener %r failed", listener)
         self.cycles += 1
         self.health.beat(CYCLE_LOOP)
         log_cycle(log, result, time.perf_counter() - start, cycle=self.cycles)
