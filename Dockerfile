@@ -24,7 +24,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY requirements/dev.txt ./requirements/
-RUN pip install --require-hashes -r requirements/dev.txt
+RUN pip install --require-hashes --no-deps -r requirements/dev.txt && pip check
 COPY pyproject.toml README.md hatch_build.py ./
 COPY scripts/compiled.sh ./scripts/
 COPY src ./src
@@ -41,7 +41,7 @@ RUN groupadd --system --gid 10001 kaisched \
        --shell /usr/sbin/nologin kaisched
 COPY requirements/lock.txt /tmp/lock.txt
 COPY --from=build /wheels /wheels
-RUN pip install --require-hashes -r /tmp/lock.txt \
+RUN pip install --require-hashes --no-deps -r /tmp/lock.txt \
     && pip install --no-deps --no-index /wheels/kaisched-*.whl \
     && pip check \
     && rm -rf /wheels /tmp/lock.txt

@@ -11,11 +11,14 @@ DEV_LOCK := requirements/dev.txt
 .PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz chromium
 
 # The development environment: the locked versions and nothing else, then kaisched itself, editable, with no
-# resolution of its own (hatchling, which builds it, is in the lock too).
+# resolution of its own (hatchling, which builds it, is in the lock too). --no-deps: the lock already holds every
+# transitive dependency, and pip's resolver, left to follow them, rejects a pinned package asked for with extras
+# (lightkube's httpx2[http2,ws]) as soon as a newer release exists; `pip check` then proves the set is complete.
 $(STAMP): pyproject.toml $(DEV_LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --require-hashes -r $(DEV_LOCK)
+	$(PIP) install --quiet --require-hashes --no-deps -r $(DEV_LOCK)
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	$(PIP) check
 	@touch $(STAMP)
 
 # Re-resolve requirements/dev.txt and lock.txt after changing a dependency in pyproject.toml (the pins that still

@@ -1225,7 +1225,7 @@ def test_the_image_build_compiles_the_core() -> None:
         assert not _docker_ignores(patterns, needed), f"{needed} is left out of the build context"
     assert _docker_ignores(patterns, "scripts/kube-apiserver.sh") and _docker_ignores(patterns, "build/compiled")
     # the wheel is built from the locked build tools, nothing resolved afresh
-    assert "RUN pip install --require-hashes -r requirements/dev.txt" in build_stage
+    assert "RUN pip install --require-hashes --no-deps -r requirements/dev.txt" in build_stage
     assert "RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels ." in build_stage
     assert "ARG KAISCHED_PURE_PYTHON" in build_stage  # the interpreted core on request
     assert "gcc" not in runtime_stage, "the runtime stage has no build tools"

@@ -240,8 +240,8 @@ def test_the_image_and_make_install_from_the_locks() -> None:
     images = [bases.get(m[2:-1], m) if m.startswith("${") else m
               for m in re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE)]
     assert images and all(re.fullmatch(r"[\w./:-]+@sha256:[0-9a-f]{64}", i) for i in images), images
-    assert "pip install --require-hashes -r /tmp/lock.txt" in dockerfile
+    assert "pip install --require-hashes --no-deps -r /tmp/lock.txt" in dockerfile
     assert "COPY requirements/lock.txt " in dockerfile and "--no-deps" in dockerfile
     makefile = (ROOT / "Makefile").read_text()
-    assert "install --quiet --require-hashes -r $(DEV_LOCK)" in makefile
+    assert "install --quiet --require-hashes --no-deps -r $(DEV_LOCK)" in makefile
     assert "DEV_LOCK := requirements/dev.txt" in makefile
