@@ -89,13 +89,15 @@ def main(argv: list[str]) -> None:
         what="kaisched's development lock: the runtime dependencies with the dev and sim extras (make, CI, the "
              "image's build stage).",
         python=PYTHON_VERSION,
-        install="Install: pip install --require-hashes --no-deps -r requirements/dev.txt && pip install --no-deps -e .",
+        install="Install: pip install --require-hashes --no-deps -r requirements/"
+                "dev.txt && pip install --no-deps -e .",
         key=DIGEST_KEY, digest=digest))
     # the runtime lock takes dev.txt's versions: the image runs exactly what CI tested
     _compile(uv, RUNTIME_LOCK, ["--constraint", str(DEV_LOCK.relative_to(ROOT)), *argv], _HEADER.format(
         what="kaisched's runtime lock: the dependencies of `kaisched` without extras (the container image).",
         python=PYTHON_VERSION,
-        install="Install: pip install --require-hashes --no-deps -r requirements/lock.txt && pip install --no-deps kaisched",
+        install="Install: pip install --require-hashes --no-deps -r requirements/"
+                "lock.txt && pip install --no-deps kaisched",
         key=DIGEST_KEY, digest=digest))
 
 
