@@ -559,14 +559,17 @@ def test_mark_unschedulable_false_and_scheduling_backoff_prefix():
     assert patch.status["schedulingConditions"][0]["nodePool"] == "pool-a"
 
 
-def test_not_ready_job_gets_only_a_not_ready_event():
+def test_not_ready_job_gets_a_not_ready_event_and_its_condition():
     cache = Cache(pod("ns/p1"), pod_group("ns/pg1"))
     message = "Job is not ready for scheduling. Waiting for 2 pods, currently 1 exist, 0 are gated"
     ops = OperationPlanner().plan(CycleResult(pod_groups=[pending_group(reason="NotReady", message=message)]),
                                   cache.lookup, NOW, {"ns/pg1": ["ns/p1"]})
     assert [(type(op), op.reason, op.type, op.message) for op in ops if isinstance(op, Event)] == [
         (Event, "NotReady", "Normal", message)]
-    assert len(ops) == 1
+    # no pod condition (the pods are not unschedulable: the gang is incomplete), the PodGroup's condition says why
+    (patch,) = [op for op in ops if isinstance(op, PodGroupStatusPatch)]
+    assert patch.status["schedulingConditions"][0]["message"] == message
+    assert len(ops) == 2
 
 
 def test_scheduling_conditions_are_cleared_once_nothing_is_pending():
@@ -575,12 +578,12 @@ def test_scheduling_conditions_are_cleared_once_nothing_is_pending():
     running = PodGroupStatus("ns/pg1", "q", "Running", None, None)
     ops = OperationPlanner().plan(CycleResult(pod_groups=[running]), cache.lookup, NOW, {"ns/pg1": ["ns/p1"]})
     assert [op.requests()[0].body for op in ops] == [{"status": {"schedulingConditions": None}}]
-    # while a bind awaits confirmation the explanation is kept
+    # cleared as soon as the job is scheduled: in the cycle that binds it (KAI leaves the condition)
     cache2 = Cache(pod("ns/p1"), pod_group("ns/pg1", status={"schedulingConditions": [cond]}))
     allocated = PodGroupStatus("ns/pg1", "q", "Allocated", None, None)
     ops2 = OperationPlanner().plan(CycleResult(binds=[Placement("ns/p1", "n")], pod_groups=[allocated]),
                                    cache2.lookup, NOW, {"ns/pg1": ["ns/p1"]})
-    assert not [op for op in ops2 if isinstance(op, PodGroupStatusPatch)]
+    assert [op.status for op in ops2 if isinstance(op, PodGroupStatusPatch)] == [{"schedulingConditions": None}]
 
 
 def test_pod_group_timestamps_and_stale_job_event():

@@ -5,9 +5,10 @@ from __future__ import annotations
 from kaisched.actions.base import Action
 from kaisched.actions.job_queue import JobsQueue
 from kaisched.actions.placement import allocate_job
+from kaisched.framework.result import WAITING_FOR_VICTIMS
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
-from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.job import FitDetail, FitError, PodGroupInfo
 from kaisched.model.status import TaskStatus
 
 
@@ -30,6 +31,12 @@ def pending_jobs(ssn: Session) -> list[PodGroupInfo]:
     return out
 
 
+def releasing_pods(ssn: Session, nodes: list[int]) -> tuple[str, ...]:
+    """The pods terminating on ``nodes`` (node indices), sorted: those a job pipelined there waits for."""
+    infos = ssn.nodes.infos
+    return tuple(sorted(t.key for j in nodes for t in infos[j].tasks.values() if t.status is TaskStatus.RELEASING))
+
+
 class AllocateAction(Action):
     name = "allocate"
 
@@ -46,10 +53,12 @@ class AllocateAction(Action):
                 pipelined = job.should_pipeline()
                 if pipelined:
                     stmt.convert_allocated_to_pipelined(job.key)
-                    nodes = sorted({ssn.nodes.names[t.node] for t in job.tasks if t.status is TaskStatus.PIPELINED})
+                    at = sorted({t.node for t in job.tasks if t.status is TaskStatus.PIPELINED})
+                    nodes = sorted(ssn.nodes.names[j] for j in at)
                     job.pipelined_reason = FitError(
                         "WaitingForReleasingResources",
                         f"Pipelined: waiting for terminating pods to release resources on {', '.join(nodes)}",
+                        WAITING_FOR_VICTIMS, FitDetail(victims=releasing_pods(ssn, at)),
                     )
                 stmt.commit()
                 if not pipelined and not had_allocated:

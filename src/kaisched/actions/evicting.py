@@ -17,11 +17,12 @@ from kaisched.framework.result import (
     SEARCH_GENERATORS_EXHAUSTED,
     SEARCH_NOT_ATTEMPTED,
     SEARCH_SOLVED,
+    WAITING_FOR_VICTIMS,
 )
 from kaisched.framework.scenario import Scenario
 from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
-from kaisched.model.job import FitError, PodGroupInfo
+from kaisched.model.job import FitDetail, FitError, PodGroupInfo
 from kaisched.model.resources import GPU
 from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
@@ -349,7 +350,7 @@ class EvictingAction(Action):
         job.pipelined_reason = FitError(
             "WaitingForVictims",
             f"Pipelined by {self.name}: waiting for {len(victims)} evicted pod(s) to release their resources "
-            f"({shown})",
+            f"({shown})", WAITING_FOR_VICTIMS, FitDetail(victims=tuple(t.key for t in victims)),
         )
 
 

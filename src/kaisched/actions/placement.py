@@ -15,16 +15,19 @@ import numpy as np
 import numpy.typing as npt
 
 from kaisched.framework.plugin import NodeCandidates
+from kaisched.framework.result import BELOW_MIN_MEMBER, FITS_NOWHERE, TOPOLOGY
 from kaisched.framework.session import Session, TopologySubsets
 from kaisched.framework.statement import Statement
 from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.gpu import GpuKind
-from kaisched.model.job import FitError, PodGroupInfo, SubGroupSet
+from kaisched.model.job import FitDetail, FitError, NodeReason, PodGroupInfo, SubGroupSet
 from kaisched.model.node import IntArray, NodeTable, all_true
 from kaisched.model.resources import CPU, GPU, MEMORY
 from kaisched.model.task import TaskInfo
 
 NO_NODES = "no nodes with enough resources were found"
+#: nodes named per row of a fit error's breakdown (FitHistogram.breakdown)
+NODES_NAMED = 5
 
 
 def fit_error_histogram(ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
@@ -96,14 +99,35 @@ class FitHistogram:
             recounted += 1
         return recounted
 
+    def lacking_text(self, value: int) -> str:
+        """KAI's fit-error text of the nodes lacking the combination of resources ``value`` (bits of ``names``)."""
+        names = self.names
+        what = ", ".join(names[i] for i in range(len(names)) if value >> i & 1)
+        return f"node(s) didn't have enough resources: {what}"
+
+    def breakdown(self, ssn: Session, codes: npt.NDArray[np.int32] | None) -> tuple[NodeReason, ...]:
+        """The histogram as rows (most nodes first, then by text), each naming its first few nodes (for
+        explanations: the counts are those of :meth:`text`)."""
+        names = ssn.nodes.names
+        rows: list[NodeReason] = []
+        if codes is not None:
+            for text, count in self.by_code.items():
+                code = ssn.reason_code(text)
+                at = np.flatnonzero(codes == code)[:NODES_NAMED].tolist()
+                rows.append(NodeReason(text, count, tuple(names[j] for j in at), False))
+        bits = self.bits
+        for value, count in self.by_lacking.items():
+            at = np.flatnonzero(bits == value)[:NODES_NAMED].tolist() if bits is not None else []
+            rows.append(NodeReason(self.lacking_text(value), count, tuple(names[j] for j in at), True))
+        rows.sort(key=lambda r: (-r.count, r.text))
+        return tuple(rows)
+
     def text(self, ssn: Session, task: TaskInfo, codes: npt.NDArray[np.int32] | None) -> str:
         if len(ssn.nodes) == 0:
             return f"{NO_NODES}: 0 nodes in the cluster."
         reasons = Counter(self.by_code)
-        names = self.names
         for value, count in self.by_lacking.items():
-            what = ", ".join(names[i] for i in range(len(names)) if value >> i & 1)
-            reasons[f"node(s) didn't have enough resources: {what}"] += count
+            reasons[self.lacking_text(value)] += count
         parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
         text = f"{NO_NODES}: " + ". \n".join(parts) + "."
         if ssn.params.detailed_fit_errors:
@@ -164,10 +188,13 @@ class FitFailure:
     explained), the predicates' codes then and, when explained, the histogram the text was made from.
     ``recheckable``: codes and histogram kept (:func:`recheck_failure` may bring it up to date)."""
 
-    __slots__ = ("codes", "detail", "histogram", "recheckable", "version")
+    __slots__ = ("breakdown", "codes", "detail", "histogram", "recheckable", "too_big", "version")
 
-    def __init__(self, version: int, detail: str, codes: Codes | None, histogram: FitHistogram | None) -> None:
+    def __init__(self, version: int, detail: str, codes: Codes | None, histogram: FitHistogram | None,
+                 breakdown: tuple[NodeReason, ...] = (), too_big: bool = False) -> None:
         self.version, self.detail, self.codes, self.histogram = version, detail, codes, histogram
+        self.breakdown = breakdown  # the histogram's rows (explained failures only)
+        self.too_big = too_big  # larger than any node (a pre-predicate said so)
         self.recheckable = True
 
     def forget_arrays(self) -> None:
@@ -185,7 +212,17 @@ def place_task(
     ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool = True,
     node_mask: npt.NDArray[np.bool_] | None = None,
 ) -> str | None:
-    """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off).
+    """Place one task; returns None on success or the fit-error text ("" when ``explain`` is off)."""
+    failure = try_place_task(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
+    return None if failure is None else failure.detail
+
+
+def try_place_task(
+    ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool = True,
+    node_mask: npt.NDArray[np.bool_] | None = None,
+) -> FitFailure | None:
+    """Place one task; returns None on success or its :class:`FitFailure` (``detail``: the fit-error text, ""
+    when ``explain`` is off; ``breakdown``: the histogram's rows when explained).
 
     A task that failed while nothing changed since an identical task failed (same constraints and
     requests — :func:`failure_key` —, no placement or eviction in between) fails again without being
@@ -193,13 +230,13 @@ def place_task(
     for pre in ssn.pre_predicates:
         err = pre(task)
         if err is not None:
-            return err.message
+            return FitFailure(ssn.nodes.version, err.message, None, None, too_big=True)
     cache_key = failure_key(ssn, task, pipeline_only, explain) if node_mask is None else None
     known: FitFailure | None = None
     if cache_key is not None:
         known = cast(FitFailure | None, ssn.fit_failures.get(cache_key))
         if known is not None and (known.version == ssn.nodes.version or recheck_failure(ssn, task, known)):
-            return known.detail
+            return known
     failure = _place(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
     if failure is None:
         return None
@@ -209,7 +246,7 @@ def place_task(
         if not known.recheckable if known is not None else len(failures) >= RECHECKABLE_FAILURES:
             failure.forget_arrays()
         failures[cache_key] = failure
-    return failure.detail
+    return failure
 
 
 def recheck_failure(ssn: Session, task: TaskInfo, known: FitFailure) -> bool:
@@ -239,6 +276,7 @@ def recheck_failure(ssn: Session, task: TaskInfo, known: FitFailure) -> bool:
                 return False
             if recounted:  # (the text is made of the counts only)
                 known.detail = histogram.text(ssn, task, codes)
+                known.breakdown = histogram.breakdown(ssn, codes)
     known.version = nodes.version
     return True
 
@@ -327,7 +365,8 @@ def _place(
         if not explain:
             return FitFailure(nodes.version, "", codes, None)
         histogram = FitHistogram.of(ssn, task, codes)
-        return FitFailure(nodes.version, histogram.text(ssn, task, codes), codes, histogram)
+        return FitFailure(nodes.version, histogram.text(ssn, task, codes), codes, histogram,
+                          histogram.breakdown(ssn, codes))
     if nodes.any_releasing:
         cands = NodeCandidates(indices, nodes.fits_task_at(task, indices, with_releasing=False))
     else:  # nothing releasing anywhere: every candidate fits on idle resources
@@ -379,16 +418,37 @@ def gang_message(job: PodGroupInfo, task: TaskInfo, placed: list[TaskInfo], deta
     ``placed`` are the tasks placed earlier in this attempt; the count is those of the task's pod set.
     """
     ps = job.pod_sets[task.pod_set]
-    is_gang = any(p.min_available > 1 for p in job.pod_sets.values())
-    if not is_gang or ps.active_used >= ps.min_available:
+    found, _ = gang_progress(job, task, placed)
+    if found < 0:
         return f"Resources were not found for pod {task.key} due to: {detail}"
-    found = sum(1 for t in placed if t.pod_set == ps.name)
     if len(job.pod_sets) == 1:
         return (f"Resources were found for {found} pods while {ps.min_available} are required for gang "
                 f"scheduling. Additional pods cannot be scheduled due to: {detail}")
     return (f"Resources were found for {found} pods from all sub-groups while sub-group {ps.name} requires "
             f"{ps.min_available} pods for gang scheduling. Additional pods cannot be scheduled in this sub-group "
             f"due to: {detail}")
+
+
+def gang_progress(job: PodGroupInfo, task: TaskInfo, placed: list[TaskInfo]) -> tuple[int, int]:
+    """(pods of the task's pod set placed in this attempt, the pod set's minAvailable) when the task's failure
+    leaves its gang short (KAI's gang text); (-1, -1) when the job is no gang or its pod set is satisfied."""
+    ps = job.pod_sets[task.pod_set]
+    is_gang = any(p.min_available > 1 for p in job.pod_sets.values())
+    if not is_gang or ps.active_used >= ps.min_available:
+        return -1, -1
+    return sum(1 for t in placed if t.pod_set == ps.name), ps.min_available
+
+
+def task_fit_error(ssn: Session, job: PodGroupInfo, task: TaskInfo, placed: list[TaskInfo], failure: FitFailure,
+                   code: str = "") -> FitError:
+    """The job's fit error for ``task`` finding no node (KAI's text, spec 4.8) with its reason code and detail:
+    the histogram's rows, the gang's progress. ``code``: given (topology), else below-min-member for a gang left
+    short, fits-nowhere otherwise."""
+    found, required = gang_progress(job, task, placed)
+    detail = FitDetail(task.key, len(ssn.nodes), failure.breakdown, found, required, too_big=failure.too_big)
+    if not code:
+        code = BELOW_MIN_MEMBER if found > 0 else FITS_NOWHERE
+    return FitError("PodSchedulingErrors", gang_message(job, task, placed, failure.detail), code, detail)
 
 
 def allocate_job(
@@ -418,15 +478,14 @@ def allocate_job(
             return True
         stmt.rollback(checkpoint)
         if explain:
-            job.fit_errors = [placer.error or FitError("PodSchedulingErrors", "Unable to schedule pod")]
+            job.fit_errors = [placer.error or FitError("PodSchedulingErrors", "Unable to schedule pod", TOPOLOGY)]
         return False
     for i, task in enumerate(tasks):
-        detail = place_task(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
-        if detail is not None:
-            message = gang_message(job, task, tasks[:i], detail)
+        failure = try_place_task(ssn, task, stmt, pipeline_only=pipeline_only, explain=explain, node_mask=node_mask)
+        if failure is not None:
             stmt.rollback(checkpoint)
             if explain:
-                job.fit_errors = [FitError("PodSchedulingErrors", message)]
+                job.fit_errors = [task_fit_error(ssn, job, task, tasks[:i], failure)]
             return False
     if explain:
         job.fit_errors = []
@@ -456,6 +515,8 @@ class _TopologyPlacer:
             return [(mask, None)]
         subsets = self.ssn.subset_nodes(self.job, name, constraint, tasks, mask)
         if isinstance(subsets, FitError):
+            if not subsets.code:
+                subsets.code = TOPOLOGY
             self.error = subsets
             return None
         return subsets
@@ -502,11 +563,11 @@ class _TopologyPlacer:
 
         def place(m: npt.NDArray[np.bool_]) -> bool:
             for task in tasks:
-                detail = place_task(self.ssn, task, self.stmt, pipeline_only=self.pipeline_only,
-                                    explain=self.explain, node_mask=m)
-                if detail is not None:
+                failure = try_place_task(self.ssn, task, self.stmt, pipeline_only=self.pipeline_only,
+                                         explain=self.explain, node_mask=m)
+                if failure is not None:
                     if self.explain:
-                        self.error = FitError("PodSchedulingErrors", gang_message(self.job, task, self.placed, detail))
+                        self.error = task_fit_error(self.ssn, self.job, task, self.placed, failure, TOPOLOGY)
                     return False
                 self.placed.append(task)
             return True

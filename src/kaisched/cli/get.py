@@ -1,15 +1,26 @@
-"""``kaisched get queues|jobs``: the queue tree and the jobs after one read-only cycle over manifests."""
+"""``kaisched get queues|jobs``: the queue tree and the jobs after one read-only cycle over manifests or a live
+cluster."""
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
 import yaml
 
-from kaisched.cli.schedule import _parse_now, input_limits
+from kaisched.cli.live import read_source, source_options
+from kaisched.cli.schedule import _parse_now, input_limits, load_config
+from kaisched.framework.config import ConfigError, SchedulerConfig
+
+EXAMPLES = """\
+\b
+Examples:
+  # the queue tree: deserved, fair share, allocated, requested GPUs, pending jobs
+  kaisched get queues -f examples/explain.yaml --now 2026-01-01T00:00:00Z
+  # the jobs of a live cluster (read once, nothing written), with the reasons' detail
+  kaisched get jobs --kubeconfig ~/.kube/config -o wide
+"""
 
 
 def _age(seconds: int) -> str:
@@ -25,63 +36,80 @@ def _g(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-@click.command("get")
+@click.command("get", epilog=EXAMPLES)
 @click.argument("kind", type=click.Choice(["queues", "jobs"]))
-@click.option("-f", "--filename", "paths", multiple=True, required=True,
-              type=click.Path(exists=True, allow_dash=True), help="Manifest file or directory; repeatable.")
+@source_options
+@click.option("-n", "--namespace", default=None, help="Jobs of this namespace only (default: every namespace).")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Scheduler configuration in KAI's format (actions, tiers, params).")
 @click.option("--now", "now", default=None, help="Time of the cycle (RFC3339); default: the current time.")
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "json", "yaml"]), default="table",
               show_default=True)
-def get_command(kind: str, paths: tuple[str, ...], now: str | None, output: str) -> None:
-    """Show the queue tree (deserved, fair share, allocated, requested GPUs, pending jobs) or the jobs
-    (queue, priority, preemptible, state, reason, age, GPUs) after one cycle; nothing is written."""
-    from rich.table import Table
+@click.option("--max-input-bytes", default=None, metavar="BYTES",
+              help="Read at most this much input over all -f paths (bytes, or a quantity like 2Gi).")
+def get_command(kind: str, paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
+                namespace: str | None, config_path: str | None, now: str | None, output: str,
+                max_input_bytes: str | None) -> None:
+    """Show the queue tree (deserved, fair share, allocated, requested GPUs, pending jobs; -o wide adds the limit,
+    priority and parent) or the jobs like squeue (queue, priority, preemptible, state, reason code, age, GPUs; -o
+    wide adds the pods and KAI's reason) after one cycle over -f files or the --kubeconfig cluster; nothing is
+    written. Tables fit the terminal (or $COLUMNS).
 
-    from kaisched.cli.render import output_console
+    Exit status: 0 shown; 1 a cluster that cannot be read or an unknown namespace; 2 an unusable command line,
+    configuration or kubeconfig."""
+    from kaisched.cli.render import output_console, plain_table
     from kaisched.cluster.schedule import no_cyclic_gc, resolve_config
     from kaisched.explain import job_rows, queue_rows, run_view
-    from kaisched.framework.config import SchedulerConfig
-    from kaisched.k8s.loader import InputLimitError, load_objects
 
-    limits = input_limits(None)
+    limits = input_limits(max_input_bytes)
     when = _parse_now(now)
     try:
-        parsed = load_objects(paths, limits=limits)
-    except InputLimitError as exc:
-        click.echo(f"kaisched get: {exc}", err=True)
-        sys.exit(2)
+        config = resolve_config(load_config(config_path, limits) if config_path else SchedulerConfig())
+    except ConfigError as exc:
+        raise click.UsageError(f"scheduler config: {exc}") from None
+    source = read_source("get", paths, kubeconfig, context, config, when, limits,
+                         namespace=namespace if kubeconfig and kind == "jobs" else None)
     with no_cyclic_gc():
-        jobs, result = run_view(parsed, resolve_config(SchedulerConfig()), when)
-    rows: list[dict[str, Any]] = queue_rows(jobs, result) if kind == "queues" else job_rows(jobs, result, when)
+        jobs, result = run_view(source.parsed, config, when, live=source.live)
+    rows: list[dict[str, Any]]
+    if kind == "queues":
+        rows = queue_rows(jobs, result)
+    else:
+        rows = [r for r in job_rows(jobs, result, when)
+                if namespace is None or r["name"].partition("/")[0] == namespace]
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     if output == "yaml":
         click.echo(yaml.dump(rows, Dumper=yaml.CSafeDumper, sort_keys=False), nl=False)
         return
-    table = Table(box=None, pad_edge=False)
+    wide = output == "wide"
     if kind == "queues":
-        cols = ["QUEUE", "DESERVED", "FAIR SHARE", "ALLOCATED", "REQUESTED", "PENDING"]
-        if output == "wide":
-            cols.append("LIMIT")
-        for c in cols:
-            table.add_column(c, no_wrap=c == "QUEUE")
+        columns: list[tuple[str, Any]] = [("QUEUE", "key"), ("DESERVED", "num"), ("FAIR SHARE", "num"),
+                                          ("ALLOCATED", "num"), ("REQUESTED", "num"), ("PENDING", "num")]
+        if wide:
+            columns += [("LIMIT", "num"), ("PRIORITY", "num"), ("PARENT", "key")]
+        cells = []
         for r in rows:
-            cells = ["  " * r["depth"] + r["name"], _g(r["deserved"]), _g(r["fairShare"]), _g(r["allocated"]),
-                     _g(r["requested"]), str(r["pendingJobs"])]
-            if output == "wide":
-                cells.append(_g(r["limit"]))
-            table.add_row(*cells)
+            row = ["  " * r["depth"] + r["name"], _g(r["deserved"]), _g(r["fairShare"]), _g(r["allocated"]),
+                   _g(r["requested"]), str(r["pendingJobs"])]
+            if wide:
+                row += [_g(r["limit"]), str(r["priority"]), r["parent"] or ""]
+            cells.append(row)
     else:
-        cols = ["JOB", "QUEUE", "PRIO", "PREEMPT", "STATE", "AGE", "GPUS"]
-        if output == "wide":
-            cols.append("REASON")
-        for c in cols:
-            table.add_column(c, overflow="fold")
+        columns = [("JOB", "key"), ("QUEUE", "key"), ("PRIO", "num"), ("PREEMPT", "key"), ("STATE", "key"),
+                   ("REASON", "key"), ("AGE", "num"), ("GPUS", "num")]
+        if wide:
+            columns += [("PODS", "num"), ("KAI REASON", "text")]
+        cells = []
         for r in rows:
-            cells = [r["name"], r["queue"], str(r["priority"]), "yes" if r["preemptible"] else "no", r["state"],
-                     _age(r["age"]), _g(r["gpus"])]
-            if output == "wide":
-                cells.append(r["reason"])
-            table.add_row(*cells)
-    output_console().print(table)
+            row = [r["name"], r["queue"], str(r["priority"]), "yes" if r["preemptible"] else "no", r["state"],
+                   r["code"], _age(r["age"]), _g(r["gpus"])]
+            if wide:
+                row += [str(r["pods"]), r["reason"]]
+            cells.append(row)
+    if not cells:
+        what = "queues" if kind == "queues" else "jobs" + (f" in namespace {namespace!r}" if namespace else "")
+        click.echo(f"No {what} found.", err=True)
+        return
+    output_console().print(plain_table(columns, cells))

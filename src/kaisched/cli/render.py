@@ -159,9 +159,10 @@ class _Grid:
     come down to their header's longest word. Narrower still, rich shrinks every column as it can.
     """
 
-    def __init__(self, title: str, *columns: tuple[str, Kind]) -> None:
+    def __init__(self, title: str, *columns: tuple[str, Kind], plain: bool = False) -> None:
         self.title = title
         self.columns = columns
+        self.plain = plain  # borderless (``plain_table``): two spaces between columns, none at the edges
         self.rows: list[tuple[Text, ...]] = []
 
     def add_row(self, *cells: Text) -> None:
@@ -185,7 +186,10 @@ class _Grid:
     def widths(self, width: int) -> list[int] | None:
         """The content width of each column in a table ``width`` wide, or None when not even the header
         words fit (rich then shrinks every column)."""
-        available = width - 3 * len(self.columns) - 1  # a border before each column and after the last, padding
+        if self.plain:
+            available = width - 2 * (len(self.columns) - 1)  # the padding between columns
+        else:
+            available = width - 3 * len(self.columns) - 1  # a border before each column and after the last, padding
         natural = self.natural()
         if sum(natural) <= available:
             return natural
@@ -196,21 +200,26 @@ class _Grid:
         words = [max(h, w) for h, w in zip(header_words, self._longest_words(), strict=True)]
         # (the columns that give way, the least width of each column), the first that fits wins: the names whole and
         # the text wrapped at spaces, then with long words split, then the names cut (the widest first)
-        attempts = (
+        attempts = [
             (text, [w if wraps else n for w, n, wraps in zip(words, natural, text, strict=True)]),
             (text, [r if wraps else n for r, n, wraps in zip(roomy, natural, text, strict=True)]),
             (names, [r if wraps else h for r, h, wraps in zip(roomy, header_words, text, strict=True)]),
             (names, header_words),
-        )
+        ]
+        if self.plain:  # (kaisched get: the names stay whole while the text can wrap down to its header's words)
+            attempts.insert(2, (text, [h if wraps else n for h, n, wraps in zip(header_words, natural, text,
+                                                                                 strict=True)]))
         for shrink, least in attempts:
             out = _level(natural, least, shrink, available)
             if out is not None:
                 return out
         return None
 
-    def table(self, width: int, widths: list[int] | None = None) -> Table:
+    def table(self, width: int, widths: list[int] | None = None, *, plain: bool = False) -> Table:
+        """The table at ``width``; ``plain``: without borders or title (kubectl's and squeue's look)."""
         chosen = self.widths(width) if widths is None else widths
-        t = Table(title=self.title, title_justify="left")
+        t = (Table(box=None, pad_edge=False, show_edge=False) if plain
+             else Table(title=self.title, title_justify="left"))
         for i, (header, kind) in enumerate(self.columns):
             fixed = None if chosen is None else chosen[i]
             if kind == "text":
@@ -221,6 +230,15 @@ class _Grid:
         for row in self.rows:
             t.add_row(*row)
         return t
+
+
+def plain_table(columns: list[tuple[str, Kind]], rows: list[list[str]], width: int | None = None) -> Table:
+    """A borderless table (``kaisched get``) that fits ``width`` (default :func:`output_width`) as the cycle's tables
+    do: names and numbers whole, text wrapped."""
+    grid = _Grid("", *columns, plain=True)
+    for row in rows:
+        grid.add_row(*map(Text, row))
+    return grid.table(output_width() if width is None else width, plain=True)
 
 
 def _level(natural: list[int], least: list[int], shrink: list[bool], available: int) -> list[int] | None:

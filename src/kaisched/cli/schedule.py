@@ -14,9 +14,7 @@ from kaisched.framework.config import ConfigError, SchedulerConfig
 from kaisched.k8s.loader import (
     MAX_INPUT_BYTES_ENV,
     STDIN,
-    InputLimitError,
     InputLimits,
-    load_objects,
     parse_byte_size,
 )
 
@@ -77,10 +75,13 @@ def _check_paths(paths: tuple[str, ...]) -> None:
 
 
 @click.command("schedule", epilog=EXAMPLES)
-@click.option("-f", "--filename", "paths", multiple=True, required=True,
+@click.option("-f", "--filename", "paths", multiple=True,
               type=click.Path(exists=True, allow_dash=True),
               help="Manifest file or directory (YAML/JSON, multi-document, kind: List); '-' reads standard "
                    "input. Repeatable.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Instead of files: a dry run of one cycle on this cluster (read once; nothing is written).")
+@click.option("--context", default=None, help="kubeconfig context (default: the file's current context).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Scheduler configuration in KAI's format (actions, tiers, params).")
 @click.option("--now", "now", default=None, help="Time of the cycle (RFC3339); default: the current time.")
@@ -91,18 +92,19 @@ def _check_paths(paths: tuple[str, ...]) -> None:
 @click.option("--max-input-bytes", default=None, metavar="BYTES",
               help=f"Read at most this much input over all -f paths (bytes, or a quantity like 2Gi; default 1Gi, "
                    f"or ${MAX_INPUT_BYTES_ENV}); more is refused (exit status 2).")
-def schedule_command(paths: tuple[str, ...], config_path: str | None, now: str | None, output: str,
-                     max_rows: int, max_input_bytes: str | None) -> None:
-    """Run one scheduling cycle on the cluster described by the manifests and print the decisions.
+def schedule_command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None, config_path: str | None,
+                     now: str | None, output: str, max_rows: int, max_input_bytes: str | None) -> None:
+    """Run one scheduling cycle on the cluster described by the manifests (or, with --kubeconfig, on the live
+    cluster: a dry run, nothing is written) and print the decisions.
 
     Tables fit the terminal, or $COLUMNS when set (120 columns when the output is not a terminal).
 
     Exit status: 0 on success, 1 when some input objects had errors (they are listed, the rest is still
-    scheduled), 2 when the command line (a missing -f path, say) or the scheduler configuration cannot be
-    used, or the input is over its limits (--max-input-bytes; a FIFO nobody writes to for
-    $KAISCHED_INPUT_TIMEOUT seconds, 10 by default), 3 on an internal error.
+    scheduled) or the live cluster cannot be read, 2 when the command line (a missing -f path, say), the
+    kubeconfig or the scheduler configuration cannot be used, or the input is over its limits
+    (--max-input-bytes; a FIFO nobody writes to for $KAISCHED_INPUT_TIMEOUT seconds, 10 by default), 3 on an
+    internal error.
     """
-    _check_paths(paths)
     limits = input_limits(max_input_bytes)
     when = _parse_now(now)
     try:
@@ -110,15 +112,22 @@ def schedule_command(paths: tuple[str, ...], config_path: str | None, now: str |
         config = resolve_config(config)
     except ConfigError as exc:
         raise click.UsageError(f"scheduler config: {exc}") from None
-    stdin_hint(paths, "schedule")
-    try:
-        parsed = load_objects(paths, limits=limits)  # "-": sys.stdin
-    except InputLimitError as exc:
-        click.echo(f"kaisched schedule: {exc}", err=True)
-        sys.exit(2)
+    from kaisched.cli.live import read_source
+
+    source = read_source("schedule", paths, kubeconfig, context, config, when, limits)  # "-": sys.stdin
     with no_cyclic_gc():
-        prepared = prepare(parsed, config, when)
-        result = run_prepared_cycle(prepared, config, when)
+        if source.live:  # grouped as Kubernetes mode groups them; scheduled as it schedules them
+            from kaisched.explain import run_cycle
+            from kaisched.model.snapshot import SnapshotOptions
+
+            prepared = source.parsed
+            result = run_cycle(prepared, config, when, SnapshotOptions(
+                full_hierarchy_fairness=config.params.full_hierarchy_fairness,
+                scheduler_name=config.params.scheduler_name, make_template_claims=False))
+            click.echo(f"kaisched schedule: a dry run of one cycle on {source.name}: nothing is written", err=True)
+        else:
+            prepared = prepare(source.parsed, config, when)
+            result = run_prepared_cycle(prepared, config, when)
     data = result.to_dict()
     if output == "json":
         click.echo(json.dumps(data, indent=2))

@@ -9,6 +9,7 @@ from typing import Any
 from kaisched.framework.search_stats import ActionSearchStats
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError
+from kaisched.model.job import FitDetail
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -57,6 +58,48 @@ class Eviction:
                 "message": self.message}
 
 
+#: kaisched's reason codes: why a job waits, in tiers (a PodGroupStatus's ``code``; docs/explain.md)
+MISCONFIGURED = "misconfigured"  # the job or its queue is invalid: it can never run as it is
+OVER_LIMIT = "over-limit"  # its queue (or a parent) would go over its limit
+NON_PREEMPTIBLE_OVER_QUOTA = "non-preemptible-over-quota"  # non-preemptible work over its queue's deserved quota
+FAIR_SHARE = "fair-share"  # no room, and its queue is at its fair share: it cannot reclaim, it waits for room
+GANG_INCOMPLETE = "gang-incomplete"  # fewer pods exist than the gang's minMember
+BELOW_MIN_MEMBER = "below-min-member"  # room found for fewer pods than minMember
+FITS_NOWHERE = "fits-nowhere"  # a pod finds no node (the fit-error histogram says why, per node)
+TOPOLOGY = "topology"  # the topology constraint cannot be met
+WAITING_FOR_VICTIMS = "waiting-for-victims"  # placed (pipelined): waits for evicted or terminating pods to go
+SEARCH_BUDGET = "search-budget"  # a victim search budget ran out before a solution
+NOT_REACHED = "not-reached"  # ready, but no action tried it in this cycle
+
+#: each code's tier, as a sentence starts (in the order of the tiers)
+REASON_TIERS: dict[str, str] = {
+    MISCONFIGURED: "Misconfigured",
+    OVER_LIMIT: "Over its queue's limit",
+    NON_PREEMPTIBLE_OVER_QUOTA: "Non-preemptible over quota",
+    FAIR_SHARE: "Waiting for fair share to free",
+    GANG_INCOMPLETE: "Gang incomplete",
+    BELOW_MIN_MEMBER: "Below minMember",
+    FITS_NOWHERE: "Fits nowhere",
+    TOPOLOGY: "Topology",
+    WAITING_FOR_VICTIMS: "Waiting for victims to terminate",
+    SEARCH_BUDGET: "Victim search stopped by its budget",
+    NOT_REACHED: "Not reached in this cycle",
+}
+REASON_CODES: tuple[str, ...] = tuple(REASON_TIERS)
+
+#: the code of a reason that is a code itself (KAI's reasons); others are coded where they are made
+CODE_OF_REASON: dict[str, str] = {
+    "OverLimit": OVER_LIMIT,
+    "NonPreemptibleOverQuota": NON_PREEMPTIBLE_OVER_QUOTA,
+    "NotReady": GANG_INCOMPLETE,
+    "WaitingForVictims": WAITING_FOR_VICTIMS,
+    "WaitingForReleasingResources": WAITING_FOR_VICTIMS,
+    "ScenarioSearchUnresolved": SEARCH_BUDGET,
+    "Unschedulable": NOT_REACHED,
+    "PodSchedulingErrors": FITS_NOWHERE,
+}
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class PodGroupStatus:
     name: str  # "<ns>/<name>"
@@ -66,9 +109,12 @@ class PodGroupStatus:
     message: str | None
     last_start: str | None  # RFC3339
     stale_since: str | None
+    code: str | None  # kaisched's reason code (REASON_CODES) when reason is set
+    detail: FitDetail | None  # the structure behind the message (histogram, gang, victims), for explanations
 
     def __init__(self, name: str, queue: str, status: str, reason: str | None, message: str | None,
-                 last_start: str | None = None, stale_since: str | None = None) -> None:
+                 last_start: str | None = None, stale_since: str | None = None, code: str | None = None,
+                 detail: FitDetail | None = None) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "queue", queue)
         object.__setattr__(self, "status", status)
@@ -76,6 +122,21 @@ class PodGroupStatus:
         object.__setattr__(self, "message", message)
         object.__setattr__(self, "last_start", last_start)
         object.__setattr__(self, "stale_since", stale_since)
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "detail", detail)
+
+    @property
+    def tier(self) -> str | None:
+        """The tier of the reason code, as a sentence starts ("Fits nowhere"); None without a code."""
+        return REASON_TIERS.get(self.code or "")
+
+    def tiered_message(self) -> str | None:
+        """The message with its tier in front ("Over its queue's limit: ..."): what Kubernetes mode writes in the
+        PodGroup's condition and event. The message itself without a code; None without a message."""
+        tier = self.tier
+        if self.message is None or tier is None:
+            return self.message
+        return f"{tier}: {self.message}"
 
     def annotations(self) -> dict[str, str | None]:
         """The PodGroup annotations this status sets (None: the annotation is removed)."""
@@ -84,7 +145,7 @@ class PodGroupStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "queue": self.queue, "status": self.status, "reason": self.reason,
-                "message": self.message, "lastStartTimestamp": self.last_start,
+                "message": self.message, "code": self.code, "lastStartTimestamp": self.last_start,
                 "staleSinceTimestamp": self.stale_since}
 
 
@@ -98,11 +159,16 @@ class QueueStatus:
     request: dict[str, float]
     limit: dict[str, float]
     priority: int
+    #: normalised historical usage (time-based fair share, spec 5.7); empty when the cycle had no usage input
+    usage: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "parent": self.parent, "deserved": self.deserved,
-                "fairShare": self.fair_share, "allocated": self.allocated, "request": self.request,
-                "limit": self.limit, "priority": self.priority}
+        out = {"name": self.name, "parent": self.parent, "deserved": self.deserved,
+               "fairShare": self.fair_share, "allocated": self.allocated, "request": self.request,
+               "limit": self.limit, "priority": self.priority}
+        if self.usage:
+            out["usage"] = self.usage
+        return out
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -232,6 +298,9 @@ class CycleResult:
     nominations: list[Nomination] = field(default_factory=list)
     # what the victim searches cost, per action (diagnostics: not part of the decisions, nor of to_dict)
     search_stats: dict[str, ActionSearchStats] = field(default_factory=dict, compare=False)
+    # the capacity the queues divided (spec 5.2: gpu, cpu, memory in the units of QueueStatus.allocated): what a
+    # usage history records beside the queues' allocations (not part of the decisions, nor of to_dict)
+    capacity: dict[str, float] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

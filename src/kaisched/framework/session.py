@@ -26,6 +26,12 @@ from kaisched.framework.plugin import (
     TaskKey,
 )
 from kaisched.framework.result import (
+    BELOW_MIN_MEMBER,
+    CODE_OF_REASON,
+    FAIR_SHARE,
+    FITS_NOWHERE,
+    GANG_INCOMPLETE,
+    MISCONFIGURED,
     ClaimAllocation,
     CycleResult,
     DeviceResult,
@@ -43,7 +49,7 @@ from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.dra import ClaimInfo
 from kaisched.model.gpu_sharing import GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
-from kaisched.model.resources import GPU
+from kaisched.model.resources import GPU, QUEUE_RESOURCE_NAMES
 from kaisched.model.snapshot import Snapshot
 from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
 from kaisched.model.task import TaskInfo
@@ -160,6 +166,7 @@ class Session:
         self.search_clock: Callable[[], float] = time.monotonic
         #: how each eviction action's victim search for a pending job ended (actions.search_budget)
         self.search_outcomes: list[SearchOutcome] = []
+        self._holding: set[str] | None = None  # queues holding resources (_holding_queues)
 
     # ---- registration helpers ----------------------------------------------------------------------
     def reason_code(self, text: str) -> int:
@@ -374,7 +381,9 @@ class Session:
     # ---- result ---------------------------------------------------------------------------------------
     def _result(self) -> CycleResult:
         names = self.nodes.names
-        result = CycleResult(errors=list(self.snapshot.errors), search_stats=dict(self.search_stats))
+        result = CycleResult(errors=list(self.snapshot.errors), search_stats=dict(self.search_stats),
+                             capacity={n: float(x) for n, x in zip(QUEUE_RESOURCE_NAMES, self.snapshot.total[:3],
+                                                                   strict=True)})
         bound_jobs: set[str] = set()
         pipelined_jobs: set[str] = set()
         for t in self.binds:
@@ -470,16 +479,40 @@ class Session:
             status = "Running"
         else:
             status = "Pending"
-        reason: str | None = None
-        message: str | None = None
+        error: FitError | None = None
         if status == "Pipelined" and job.pipelined_reason is not None:
-            reason, message = job.pipelined_reason.reason, job.pipelined_reason.message
+            error = job.pipelined_reason
         elif has_pending or not tasks:  # like KAI, only jobs with Pending/Gated pods (or none yet) are explained
             error = self.pending_reason(job, tasks)
-            if error is not None:
-                reason, message = error.reason, error.message
-        return PodGroupStatus(job.key, job.queue, status, reason, message, rfc3339(job.last_start),
-                              rfc3339(job.stale_since))
+        if error is None:
+            return PodGroupStatus(job.key, job.queue, status, None, None, rfc3339(job.last_start),
+                                  rfc3339(job.stale_since))
+        return PodGroupStatus(job.key, job.queue, status, error.reason, error.message, rfc3339(job.last_start),
+                              rfc3339(job.stale_since), self.pending_code(job, error), error.detail)
+
+    def pending_code(self, job: PodGroupInfo, error: FitError) -> str:
+        """The reason code of the job's pending reason ``error`` (framework.result.REASON_CODES): the one it was made
+        with, else the one its reason stands for. A job with no room whose queue could not reclaim any (it would be
+        over its fair share with the job, so the reclaim action's gate refuses it) while its queue's jobs hold
+        resources and other queues hold the rest waits for fair share to free."""
+        if error is job.blocked:
+            return MISCONFIGURED
+        code = error.code or CODE_OF_REASON.get(error.reason, FITS_NOWHERE)
+        if code in (FITS_NOWHERE, BELOW_MIN_MEMBER):
+            detail = error.detail
+            gate = self.can_reclaim_resources
+            if (detail is not None and not detail.too_big and any(r.resources for r in detail.reasons)
+                    and gate is not None and "reclaim" in self.config.actions and not gate(job)
+                    and job.queue in (holding := self._holding_queues()) and any(q != job.queue for q in holding)):
+                return FAIR_SHARE
+        return code
+
+    def _holding_queues(self) -> set[str]:
+        """The queues of the jobs holding resources (computed once, when a reason needs it)."""
+        holding = self._holding
+        if holding is None:
+            holding = self._holding = {j.queue for j in self.jobs.values() if j.has_allocated()}
+        return holding
 
     def pending_reason(self, job: PodGroupInfo, tasks: list[TaskInfo] | None = None) -> FitError | None:
         """Why the job waits (``tasks``: its tasks, when the caller has them)."""
@@ -488,7 +521,7 @@ class Session:
         if tasks is None:
             tasks = job.tasks
         if not tasks:
-            return FitError("NotReady", "Job is not ready for scheduling. The PodGroup has no pods")
+            return FitError("NotReady", "Job is not ready for scheduling. The PodGroup has no pods", GANG_INCOMPLETE)
         if not job.is_ready():
             parts = []
             for ps in job.pod_sets.values():
@@ -498,12 +531,13 @@ class Session:
                     where = "" if ps.name == "default" and len(job.pod_sets) == 1 else f" for SubGroup {ps.name}"
                     parts.append(f"Waiting for {ps.min_available} pods{where}, currently {alive} exist, "
                                  f"{gated} are gated")
-            return FitError("NotReady", "Job is not ready for scheduling. " + ". ".join(parts))
+            return FitError("NotReady", "Job is not ready for scheduling. " + ". ".join(parts), GANG_INCOMPLETE)
         if job.fit_errors:
             if len(job.fit_errors) == 1:
                 return job.fit_errors[0]
-            return FitError("Unable to schedule podgroup",
-                            "\n".join(sorted({e.message for e in job.fit_errors})))
+            first = job.fit_errors[0]
+            return FitError("Unable to schedule podgroup", "\n".join(sorted({e.message for e in job.fit_errors})),
+                            first.code or CODE_OF_REASON.get(first.reason, FITS_NOWHERE), first.detail)
         if any(t.status is TaskStatus.PENDING for t in tasks):
             return FitError("Unschedulable", "Unable to schedule pod")
         return None

@@ -65,6 +65,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from kaisched.framework.result import (
+    FAIR_SHARE,
+    NON_PREEMPTIBLE_OVER_QUOTA,
+    OVER_LIMIT,
     ClaimAllocation,
     CycleResult,
     Eviction,
@@ -94,6 +97,8 @@ EVICTOR_POD_GROUP_NAME_ANNOTATION = "evictor-pod-group-name"
 EVICTOR_POD_GROUP_NAMESPACE_ANNOTATION = "evictor-pod-group-namespace"
 
 UNSCHEDULABLE_ON_NODE_POOL = "UnschedulableOnNodePool"
+#: the reason codes whose scheduling condition carries KAI's queueDetails
+QUEUE_CODES = frozenset({OVER_LIMIT, NON_PREEMPTIBLE_OVER_QUOTA, FAIR_SHARE})
 DEFAULT_POD_ERROR = "Unable to schedule pod"
 DEFAULT_POD_GROUP_ERROR = "Unable to schedule podgroup"
 POD_SCHEDULED = "PodScheduled"
@@ -937,6 +942,15 @@ def resource_list(values: Mapping[str, float]) -> dict[str, str]:
     return out
 
 
+def _quota_list(values: Mapping[str, float]) -> dict[str, str]:
+    """:func:`resource_list` with KAI's ``-1`` (unlimited) for negative values."""
+    out = resource_list({k: v for k, v in values.items() if v >= 0})
+    for key, name in (("cpu", "cpu"), ("memory", "memory"), ("gpu", GPU_RESOURCE_KEY)):
+        if values.get(key, 0.0) < 0:
+            out[name] = "-1"
+    return out
+
+
 def _same_resource_list(current: object, wanted: Mapping[str, str]) -> bool:
     cur = _mapping(current)
     if set(cur) != set(wanted):
@@ -1252,8 +1266,18 @@ class _Cycle:
             awaiting = any(k in awaiting_keys for k, _ in live)
             new_conditions: list[dict[str, Any]] | None = None
             if status.reason == "NotReady":
-                if ref is not None:
-                    self.event(ref, "Normal", "NotReady", status.message or "Job is not ready for scheduling.")
+                if ref is not None and group is not None:
+                    message = status.tiered_message() or "Job is not ready for scheduling."
+                    self.event(ref, "Normal", "NotReady", message)
+                    new_conditions = self.scheduling_conditions(group, status, self.prefixed(group, message))
+            elif status.status == "Pipelined":
+                # placed, waiting for its victims (or terminating pods) to go: the condition says so at once
+                if ref is not None and group is not None and status.reason is not None:
+                    message = self.prefixed(group, status.tiered_message() or "")
+                    new_conditions = self.scheduling_conditions(group, status, message)
+            elif status.status in ("Allocated", "Running") and not pending and group is not None:
+                if _status(group).get("schedulingConditions"):  # scheduled: cleared at once (KAI keeps it)
+                    new_conditions = []
             elif status.reason is not None and (pending or not live):
                 message = self.prefixed(group, status.message or "")
                 pod_message = message or self.prefixed(group, DEFAULT_POD_ERROR)
@@ -1265,7 +1289,8 @@ class _Cycle:
                         conditions.append(PodCondition(pod_ref, pod_scheduled_condition(
                             "Unschedulable", pod_message, self.now)))
                 if ref is not None and group is not None:
-                    group_message = message or self.prefixed(group, DEFAULT_POD_GROUP_ERROR)
+                    tiered = self.prefixed(group, status.tiered_message() or "")
+                    group_message = tiered or self.prefixed(group, DEFAULT_POD_GROUP_ERROR)
                     self.event(ref, "Normal", "Unschedulable", group_message)
                     allocated = any(k in awaiting_keys or pod_is_placed(p) for k, p in live)
                     if not allocated:
@@ -1307,12 +1332,29 @@ class _Cycle:
             last_id = int(str(last.get("transitionID", "0"))) if last is not None else 0
         except ValueError:
             last_id = 0
+        reason: dict[str, Any] = {"reason": status.reason or "Unschedulable", "message": status.message or message}
+        details = self.queue_details(status)
+        if details is not None:
+            reason["details"] = {"queueDetails": details}
         condition = {
             "type": UNSCHEDULABLE_ON_NODE_POOL, "nodePool": pool, "reason": "Unschedulable", "message": message,
-            "reasons": [{"reason": status.reason or "Unschedulable", "message": status.message or message}],
+            "reasons": [reason],
             "transitionID": str(max(last_id, 0) + 1), "lastTransitionTime": rfc3339(self.now), "status": "True",
         }
         return [c for c in existing if c.get("nodePool") != pool] + [condition]
+
+    def queue_details(self, status: PodGroupStatus) -> dict[str, Any] | None:
+        """KAI's ``queueDetails`` of a reason about the queue's shares (over its limit, non-preemptible over quota,
+        waiting for fair share): the queue's deserved, allocated and requested resources and its limits."""
+        if status.code not in QUEUE_CODES:
+            return None
+        queue = next((q for q in self.result.queues if q.name == status.queue), None)
+        if queue is None:
+            return None
+        return {"name": queue.name, "queueDeservedResources": _quota_list(queue.deserved),
+                "queueAllocatedResources": _quota_list(queue.allocated),
+                "queueRequestedResources": _quota_list(queue.request),
+                "queueResourceLimits": _quota_list(queue.limit)}
 
     @staticmethod
     def annotations_patch(status: PodGroupStatus, group: Mapping[str, Any]) -> dict[str, str | None]:

@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -46,7 +46,7 @@ from kaisched.cluster.schedule import compiled_core, long_lived_frozen, no_cycli
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
-from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
+from kaisched.k8s.objects import ObjectError, ParsedObjects
 from kaisched.kube.api import Api, ApiError
 from kaisched.kube.cache import OwnerCache, ParseCache, overlay
 from kaisched.kube.claims import discover_dra_version, held_devices, stale_reservations
@@ -54,6 +54,7 @@ from kaisched.kube.grouper_controller import PodGrouperController
 from kaisched.kube.health import Health, HealthServer
 from kaisched.kube.informer import Informer
 from kaisched.kube.leader import LeaderElector, default_identity
+from kaisched.kube.live import group_live
 from kaisched.kube.logs import get_logger, log_cycle
 from kaisched.kube.metrics import CycleTimings, SchedulerMetrics, timed_cycle
 from kaisched.kube.operations import EventMemory, ObjectRef, Operation, OperationPlanner, pods_by_group
@@ -70,7 +71,6 @@ from kaisched.kube.resources import (
     dra_kinds,
 )
 from kaisched.kube.writer import ClusterWriter, Failure
-from kaisched.podgrouper import group_pods, kind_defaults
 
 log = get_logger("kaisched.kube.runner")
 std_log = logging.getLogger(__name__)
@@ -482,31 +482,8 @@ class KubeScheduler:
     def _group(self, parsed: ParsedObjects, now: datetime) -> ParsedObjects:
         """Pods that name an existing PodGroup are taken as they are (as KAI's scheduler reads the
         annotation); the others of this scheduler go through the pod-grouper, with their owners read from
-        the API."""
-        existing = {(pg.meta.namespace, pg.meta.name) for pg in parsed.pod_groups}
-        settled: list[Pod] = []
-        to_group: list[Pod] = []
-        for pod in parsed.pods:
-            name = pod.meta.annotations.get(C.POD_GROUP_NAME_ANNOTATION)
-            if pod.scheduler_name != self.scheduler_name or (name and (pod.meta.namespace, name) in existing):
-                settled.append(pod)
-            else:
-                to_group.append(pod)
-        if not to_group:
-            return parsed
-        owners = ParsedObjects()
-        self.parse_cache.parse("Owner", [(f"{o.get('kind')}:{_key(o)}", o)
-                                         for o in self.owners.owners_of(to_group)], owners)
-        params = self.config.params
-        errors = list(parsed.errors)
-        with_owners = replace(parsed, pods=to_group, workloads=[*parsed.workloads, *owners.workloads], errors=errors)
-        defaults = kind_defaults(with_owners, params.default_priorities_configmap_name,
-                                 params.default_priorities_configmap_namespace, errors)
-        priority_classes = frozenset({*C.BUILTIN_PRIORITY_CLASSES, *(pc.meta.name for pc in parsed.priority_classes)})
-        grouped = group_pods(replace(with_owners, errors=errors), scheduler_name=self.scheduler_name,
-                             priority_classes=priority_classes, defaults=defaults, now=now)
-        return replace(grouped, pods=[*settled, *grouped.pods], errors=[*grouped.errors, *owners.errors])
-
+        the API (:func:`kaisched.kube.live.group_live`, which the read-only commands share)."""
+        return group_live(parsed, self.owners, self.parse_cache, self.config, now)
 
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}

@@ -71,16 +71,66 @@ class SubGroupSet:
 StatusSummary = tuple[int, bool, bool, bool, bool, bool]
 
 
+@dataclass(frozen=True, slots=True, init=False)
+class NodeReason:
+    """One row of a fit error's histogram: why ``count`` nodes could not take the pod (``text``: KAI's fit-error
+    text, e.g. "node(s) didn't have enough resources: GPUs"), a few of those nodes by name, and whether the nodes
+    lacked free resources (``resources``: room could be made there) rather than failing a predicate."""
+
+    text: str
+    count: int
+    nodes: tuple[str, ...]
+    resources: bool
+
+    def __init__(self, text: str, count: int, nodes: tuple[str, ...] = (), resources: bool = False) -> None:
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "resources", resources)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class FitDetail:
+    """The structure behind a pending reason's message (for explanations; never read by a decision): the pod that
+    found no node, the nodes of the cluster, the histogram of per-node reasons, the gang's progress (``placed`` of
+    ``required`` pods of the pod set found room; -1: not a gang), the pods whose termination the job waits for, and
+    whether the pod is larger than any node (``too_big``)."""
+
+    pod: str
+    nodes: int
+    reasons: tuple[NodeReason, ...]
+    placed: int
+    required: int
+    victims: tuple[str, ...]
+    too_big: bool
+
+    def __init__(self, pod: str = "", nodes: int = 0, reasons: tuple[NodeReason, ...] = (), placed: int = -1,
+                 required: int = -1, victims: tuple[str, ...] = (), too_big: bool = False) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "reasons", reasons)
+        object.__setattr__(self, "placed", placed)
+        object.__setattr__(self, "required", required)
+        object.__setattr__(self, "victims", victims)
+        object.__setattr__(self, "too_big", too_big)
+
+
 @dataclass(slots=True, eq=False, init=False)
 class FitError:
-    """Why (part of) a job could not be placed: KAI's job fit error."""
+    """Why (part of) a job could not be placed: KAI's job fit error (``reason``, ``message``), with kaisched's
+    reason code (``code``: one of :data:`kaisched.framework.result.REASON_CODES`, "" when the reason alone
+    says it) and the structure behind the message (``detail``)."""
 
     reason: str
     message: str
+    code: str
+    detail: FitDetail | None
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, code: str = "", detail: FitDetail | None = None) -> None:
         self.reason = reason
         self.message = message
+        self.code = code
+        self.detail = detail
 
 
 @dataclass(slots=True, eq=False, init=False)
