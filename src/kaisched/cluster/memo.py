@@ -35,6 +35,7 @@ from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult, PodGroupStatus
 from kaisched.framework.session import rfc3339
 from kaisched.k8s.objects import ParsedObjects
+from kaisched.model.usage import UsageTable
 
 Fingerprint = tuple[tuple[int, ...], ...]
 
@@ -96,6 +97,7 @@ class _Recorded:
     valid_until: datetime | None
     result: CycleResult
     stamped: dict[str, frozenset[str]]  # job key -> the timestamps set to the cycle's time
+    usage: UsageTable | None  # the usage input (another usage divides otherwise)
 
 
 class CycleMemo:
@@ -113,23 +115,34 @@ class CycleMemo:
         """The last cycle recorded can answer the next one on the same objects."""
         return self._last is not None
 
-    def lookup(self, parsed: ParsedObjects, config: SchedulerConfig, now: datetime) -> CycleResult | None:
+    def lookup(self, parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
+               usage: UsageTable | None = None) -> CycleResult | None:
         """The result this cycle would have when it is bound to decide as the last one did; else None."""
         q = self._last
         if (q is None or now < q.now or (q.valid_until is not None and now >= q.valid_until)
                 or not (config is q.config or config == q.config) or parsed.errors != q.parsed.errors
-                or fingerprint(parsed) != q.ids):
+                or not _same_usage(usage, q.usage) or fingerprint(parsed) != q.ids):
             self.misses += 1
             return None
         self.hits += 1
         return restamped(q.result, q.stamped, now)
 
     def record(self, parsed: ParsedObjects, config: SchedulerConfig, now: datetime, result: CycleResult,
-               valid_until: datetime | None, stamped: dict[str, set[str]]) -> None:
+               valid_until: datetime | None, stamped: dict[str, set[str]], usage: UsageTable | None = None) -> None:
         """Remember a cycle that just ran (unless a later clock could order its objects otherwise, or a search
         budget decided some of it: with more time the same objects could be decided otherwise)."""
         if creation_order_fixed(parsed, now) and not any(o.stopped_by_budget for o in result.scenario_search):
             self._last = _Recorded(parsed, fingerprint(parsed), config, now, valid_until, copy_result(result),
-                                   {k: frozenset(v) for k, v in stamped.items()})
+                                   {k: frozenset(v) for k, v in stamped.items()}, usage)
         else:
             self._last = None
+
+
+def _same_usage(a: UsageTable | None, b: UsageTable | None) -> bool:
+    """Two usage inputs divide alike: the same table, or the same usage per queue (where and when it was fetched
+    does not matter)."""
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return dict(a.queues) == dict(b.queues)

@@ -20,6 +20,7 @@ from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.snapshot import SnapshotOptions, build_snapshot, forget_cached_facts
+from kaisched.model.usage import UsageTable
 from kaisched.plugins.registry import build_plugins, validate_plugins
 from kaisched.podgrouper import group_pods, kind_defaults
 
@@ -122,28 +123,33 @@ def _run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) ->
 
 
 def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
-                       memo: CycleMemo | None = None) -> CycleResult:
+                       memo: CycleMemo | None = None, usage: UsageTable | None = None,
+                       options: SnapshotOptions | None = None) -> CycleResult:
     """One cycle on objects whose workloads are already expanded and whose pods are grouped (the
     simulator prepares each arrival once, then runs cycle after cycle). With a ``memo`` (kept by the caller
-    from cycle to cycle), a cycle over exactly the objects of the previous one returns its result
-    without running (:mod:`kaisched.cluster.memo`)."""
+    from cycle to cycle), a cycle over exactly the objects (and usage) of the previous one returns its result
+    without running (:mod:`kaisched.cluster.memo`). ``usage``: each queue's historical usage (time-based fair
+    share, made by a :mod:`kaisched.usage` source); None: weight-only division. ``options``: the snapshot's
+    (default: the configuration's fairness and scheduler name, claims made from templates as the embedded
+    cluster's resourceclaim controller would)."""
     if memo is not None:
-        known = memo.lookup(parsed, config, now)
+        known = memo.lookup(parsed, config, now, usage)
         if known is not None:
             return known
     snapshot = build_snapshot(
         parsed,
         now,
-        SnapshotOptions(full_hierarchy_fairness=config.params.full_hierarchy_fairness,
-                        scheduler_name=config.params.scheduler_name),
+        options or SnapshotOptions(full_hierarchy_fairness=config.params.full_hierarchy_fairness,
+                                   scheduler_name=config.params.scheduler_name),
     )
+    snapshot.usage = usage
     ssn = Session(snapshot, config, build_plugins(config.plugins))
     ssn.open()
     for action in build_actions(config):
         action.execute(ssn)
     result = ssn.close()
     if memo is not None:
-        memo.record(parsed, config, now, result, ssn.valid_until, ssn.stamped)
+        memo.record(parsed, config, now, result, ssn.valid_until, ssn.stamped, usage)
     ssn.discard()
     return result
 
@@ -152,12 +158,14 @@ def schedule(
     objects: Iterable[Mapping[str, Any]],
     config: SchedulerConfig | Mapping[str, Any] | None = None,
     now: datetime | None = None,
+    usage: UsageTable | None = None,
 ) -> CycleResult:
     """Run exactly one scheduling cycle of the configured actions on the given objects.
 
     ``objects`` are Kubernetes objects as dicts (Node, Pod, Queue, PodGroup, PriorityClass, or
     ``kind: List``); they are never mutated. Invalid objects are reported in ``result.errors`` and the
-    rest of the cluster is still scheduled. An unusable ``config`` raises :class:`ConfigError`.
+    rest of the cluster is still scheduled. An unusable ``config`` raises :class:`ConfigError`. ``usage``: each
+    queue's historical usage (time-based fair share, :class:`~kaisched.model.usage.UsageTable`); None: weight only.
     """
     cfg = resolve_config(config)
     when = now or datetime.now(UTC)
@@ -165,4 +173,5 @@ def schedule(
         when = when.replace(tzinfo=UTC)
     forget_cached_facts()  # every object is parsed afresh: no fact kept from an earlier cycle can serve
     with no_cyclic_gc():
-        return _run_cycle(parse_objects(objects), cfg, when)
+        parsed = parse_objects(objects)
+        return run_prepared_cycle(prepare(parsed, cfg, when), cfg, when, usage=usage)

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kaisched.actions.registry import build_actions
-from kaisched.cluster.schedule import prepare
+from kaisched.cluster.schedule import prepare, run_prepared_cycle
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import (
     BELOW_MIN_MEMBER,
@@ -34,12 +33,11 @@ from kaisched.framework.result import (
     PodGroupStatus,
     QueueStatus,
 )
-from kaisched.framework.session import Session
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.model.job import FitDetail, PodGroupInfo
 from kaisched.model.snapshot import SnapshotOptions, build_snapshot
 from kaisched.model.status import ALIVE, TaskStatus
-from kaisched.plugins.registry import build_plugins
+from kaisched.model.usage import UsageTable
 
 __all__ = ["ExplainError", "Explanation", "explain_job", "explain_key", "job_rows", "queue_rows", "render_text",
            "run_view"]
@@ -394,16 +392,10 @@ def run_view(parsed: ParsedObjects, config: SchedulerConfig, now: datetime, *,
 
 
 def run_cycle(prepared: ParsedObjects, config: SchedulerConfig, now: datetime,
-              options: SnapshotOptions) -> CycleResult:
-    """One cycle of the configured actions on ``prepared`` (as :func:`kaisched.cluster.schedule.run_prepared_cycle`,
-    with the snapshot options given)."""
-    ssn = Session(build_snapshot(prepared, now, options), config, build_plugins(config.plugins))
-    ssn.open()
-    for action in build_actions(config):
-        action.execute(ssn)
-    result = ssn.close()
-    ssn.discard()
-    return result
+              options: SnapshotOptions, usage: UsageTable | None = None) -> CycleResult:
+    """One cycle of the configured actions on ``prepared``: :func:`kaisched.cluster.schedule.run_prepared_cycle`
+    with the snapshot options given (``usage``: the queues' historical usage, time-based fair share)."""
+    return run_prepared_cycle(prepared, config, now, usage=usage, options=options)
 
 
 def queue_rows(jobs: dict[str, Any], result: CycleResult) -> list[dict[str, Any]]:

@@ -24,11 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kaisched.k8s.loader import InputLimits, InputReadError, read_text_reasoned
+
+if TYPE_CHECKING:
+    from kaisched.framework.usage_config import UsageDBConfig
 
 DEFAULT_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
 
@@ -347,6 +350,8 @@ class SchedulerConfig:
     params: SchedulerParams = field(default_factory=SchedulerParams)
     #: ``scenarioSearchBudgets``; None (no block): the victim search is unbounded, decisions never depend on timing
     search_budgets: SearchBudgets | None = None
+    #: ``usageDBConfig`` (time-based fair share, kaisched.framework.usage_config); None: weight-only division
+    usage_db: UsageDBConfig | None = None
 
     @property
     def plugins(self) -> tuple[PluginOption, ...]:
@@ -390,8 +395,13 @@ class SchedulerConfig:
                 depth[str(k)] = n
         params = SchedulerParams.from_mapping(raw.get("params") or {})
         budgets = SearchBudgets.from_mapping(raw[BUDGETS]) if raw.get(BUDGETS) is not None else None
+        usage_db = None
+        if raw.get("usageDBConfig") is not None:
+            from kaisched.framework.usage_config import UsageDBConfig
+
+            usage_db = UsageDBConfig.from_mapping(raw["usageDBConfig"])
         return cls(actions=actions, actions_explicit=explicit, tiers=tiers, queue_depth_per_action=depth, params=params,
-                   search_budgets=budgets)
+                   search_budgets=budgets, usage_db=usage_db)
 
     @classmethod
     def load(cls, path: str | Path, limits: InputLimits | None = None) -> SchedulerConfig:

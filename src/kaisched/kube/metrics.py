@@ -48,6 +48,7 @@ from kaisched.framework.session import Session
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.model.snapshot import SnapshotOptions, build_snapshot
+from kaisched.model.usage import UsageTable
 from kaisched.plugins.registry import build_plugins
 
 DEFAULT_NAMESPACE = "kai"
@@ -75,21 +76,23 @@ class CycleTimings:
 
 def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
                 clock: Callable[[], float] = time.perf_counter,
-                memo: CycleMemo | None = None, *, make_template_claims: bool = True
-                ) -> tuple[CycleResult, CycleTimings]:
+                memo: CycleMemo | None = None, *, make_template_claims: bool = True,
+                usage: UsageTable | None = None) -> tuple[CycleResult, CycleTimings]:
     """:func:`kaisched.cluster.schedule.run_prepared_cycle` with each part timed: open session (snapshot and
     every plugin's open), each action, close session (every plugin's close and the result). A cycle the
     ``memo`` answers (nothing changed since the last quiet cycle) has only its end-to-end time.
     ``make_template_claims=False`` (Kubernetes mode): the snapshot does not make the DRA claims of pods'
-    templated claims; a pod waits until the resourceclaim controller has made them."""
+    templated claims; a pod waits until the resourceclaim controller has made them. ``usage``: each queue's
+    historical usage (time-based fair share); None: weight-only division."""
     start = clock()
     if memo is not None:
-        known = memo.lookup(parsed, config, now)
+        known = memo.lookup(parsed, config, now, usage)
         if known is not None:
             return known, CycleTimings((clock() - start) * 1000.0)
     snapshot = build_snapshot(parsed, now, SnapshotOptions(
         full_hierarchy_fairness=config.params.full_hierarchy_fairness, scheduler_name=config.params.scheduler_name,
         make_template_claims=make_template_claims))
+    snapshot.usage = usage
     plugins = build_plugins(config.plugins)
     ssn = Session(snapshot, config, plugins)
     timings = CycleTimings(0.0)
@@ -112,7 +115,7 @@ def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
     try:
         result = ssn.close()
         if memo is not None:
-            memo.record(parsed, config, now, result, ssn.valid_until, ssn.stamped)
+            memo.record(parsed, config, now, result, ssn.valid_until, ssn.stamped, usage)
     finally:
         ssn.discard()
     end = clock()

@@ -47,6 +47,7 @@ from kaisched.model.resources import CPU, GPU, GPU_RESOURCE_NAMES, MEMORY, PODS,
 from kaisched.model.segments import apply_segments
 from kaisched.model.status import ACTIVE_USED, TaskStatus
 from kaisched.model.task import TaskInfo
+from kaisched.model.usage import UsageTable
 
 INVALID_GPU_REQUEST = "InvalidGPURequest"
 LEGACY_MIG = "LegacyMIGRequest"
@@ -76,6 +77,8 @@ class Snapshot:
     dra: DraSnapshot | None = None  # DRA devices and claims (None: the input has none)
     # the pods of this scheduler's jobs with a ``status.nominatedNodeName``, in (namespace, name) order
     nominated: list[TaskInfo] = field(default_factory=list)
+    # each queue's normalised historical usage (time-based fair share, spec 5.7), given by the caller; None: none
+    usage: UsageTable | None = None
 
 
 def _ts(value: datetime | None, default: datetime) -> datetime:

@@ -23,6 +23,7 @@ from kaisched.model.job import FitError, PodGroupInfo
 from kaisched.model.resources import QUEUE_RESOURCE_NAMES, Vector
 from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
+from kaisched.model.usage import UsageTable
 from kaisched.plugins.proportion.division import QueueShareInput, compute_fair_shares
 
 IntArray = npt.NDArray[np.int32]
@@ -164,6 +165,7 @@ class ProportionPlugin(Plugin):
                 f"plugin proportion: argument relcaimerSaturationMultiplier: expected a number, got {raw_mult!r}"
             ) from None
         self.saturation_multiplier = mult if mult >= 1.0 else 1.0
+        self.usage: UsageTable | None = None
 
     # ---- session open ----------------------------------------------------------------------------
     def on_session_open(self, ssn: Session) -> None:
@@ -214,11 +216,13 @@ class ProportionPlugin(Plugin):
         ssn.job_solution_start_handlers.append(self.reclaim.on_job_solution_start)
 
     def _compute_fair_shares(self) -> None:
+        # time-based fair share: each queue's historical usage (spec 5.7), an input of the cycle (None: weight only)
+        usage = self.usage = self.ssn.snapshot.usage
         inputs = [
             QueueShareInput(
                 name=a.name, parent=a.parent, priority=a.priority, order_key=a.order_key,
                 deserved=np.array(a.deserved), max_allowed=np.array(a.limit), over_quota_weight=np.array(a.weight),
-                request=np.array(a.request), usage=np.zeros(3),
+                request=np.array(a.request), usage=np.array(usage.of(a.name)) if usage is not None else np.zeros(3),
             )
             for a in self.queues.values()
         ]
@@ -419,6 +423,7 @@ class ProportionPlugin(Plugin):
 
         return [
             QueueStatus(name=a.name, parent=a.parent, deserved=d(a.deserved), fair_share=d(a.fair_share),
-                        allocated=d(a.allocated), request=d(a.request), limit=d(a.limit), priority=a.priority)
+                        allocated=d(a.allocated), request=d(a.request), limit=d(a.limit), priority=a.priority,
+                        usage=d(list(self.usage.of(a.name))) if self.usage is not None else {})
             for a in self.queues.values()
         ]
