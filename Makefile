@@ -77,6 +77,7 @@ test: lint typecheck helm chromium unit unit-compiled kube-apiserver
 	$(BIN)/python -m benchmarks.busy --smoke
 	$(BIN)/python -m benchmarks.fragmentation --smoke
 	$(BIN)/python -m benchmarks.dashboard --smoke
+	$(BIN)/python -m benchmarks.explain --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 
 # Nightly: every hypothesis test (tests/property, the unit ones: `-m hypothesis` under FUZZ_TESTS) with fresh random
