@@ -1,0 +1,244 @@
+"""``kaisched replay``: KAI's snapshot ZIP (v0.13 and v0.17 shapes) replayed with its own actions, tiers and params,
+the node-pool partition, what kaisched does not use listed, and unreadable snapshots as errors naming the field."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kaisched.cli import cli
+from kaisched.cluster.replay import load_replay, run_replay
+from kaisched.k8s.kai_snapshot import SnapshotError, load_snapshot
+from tests.unit import kai_snapshots as K
+
+NOW = "2026-01-02T00:00:00Z"
+
+
+def write(tmp_path: Path, data: bytes, name: str = "snapshot.zip") -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def replay(tmp_path: Path, data: bytes, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["replay", write(tmp_path, data), "--now", NOW, *args])
+
+
+def decisions(output: str) -> dict[str, Any]:
+    data = json.loads(output)
+    return {"binds": {b["pod"]: b["node"] for b in data["binds"]},
+            "pipelined": {p["pod"]: p["node"] for p in data["pipelined"]},
+            "evictions": sorted(e["pod"] for e in data["evictions"])}
+
+
+@pytest.mark.parametrize("version", ["v0.13", "v0.17"])
+def test_both_shapes_replay_the_gang(tmp_path: Path, version: str) -> None:
+    result = replay(tmp_path, K.snapshot(version), "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert decisions(result.stdout)["binds"] == {"team/train-0": "node-1", "team/train-1": "node-0"}
+    assert f"KAI {version} shape, Kubernetes v1.33.1; 3 pods, 2 nodes, 3 queues, 2 podGroups" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_table_and_yaml_print_the_same_cycle_result_as_schedule(tmp_path: Path) -> None:
+    table = replay(tmp_path, K.snapshot(), "--quiet")
+    assert table.exit_code == 0 and table.stderr == ""
+    assert "2 binds, 0 pipelined, 0 evictions, 0 of 2 PodGroups pending" in table.stdout
+    yaml_out = replay(tmp_path, K.snapshot(), "-o", "yaml", "-q")
+    assert yaml_out.exit_code == 0 and "binds:\n- pod: team/train-0\n  node: node-1" in yaml_out.stdout
+
+
+def test_the_snapshot_params_are_taken_go_durations_in_nanoseconds(tmp_path: Path) -> None:
+    params = K.params_v013(globalDefaultStalenessGracePeriod=90_000_000_000, maxNumberConsolidationPreemptees=3)
+    del params["fullHierarchyFairness"]  # omitempty: absent means false
+    del params["allowConsolidatingReclaim"]
+    rp = load_replay(write(tmp_path, K.snapshot(params=params)))
+    p = rp.config.params
+    assert p.default_staleness_grace_period == timedelta(seconds=90)
+    assert p.max_consolidation_preemptees == 3
+    assert not p.full_hierarchy_fairness and not p.allow_consolidating_reclaim
+    assert rp.config.search_budgets is not None and rp.config.search_budgets.job_limit() == 240
+
+
+def test_the_snapshot_actions_and_tiers_are_run_and_unimplemented_ones_listed(tmp_path: Path) -> None:
+    tiers = [{"plugins": [{"name": "predicates"}, {"name": "proportion"}, {"name": "sla-plugin"},
+                          {"name": "nodeplacement", "arguments": {"gpu": "spread", "cpu": "binpack"}}]}]
+    config = {"actions": "allocate, backfill", "tiers": tiers}
+    rp = load_replay(write(tmp_path, K.snapshot(config=config)))
+    assert rp.config.actions == ("allocate",)
+    assert [p.name for p in rp.config.plugins] == ["predicates", "proportion", "nodeplacement"]
+    assert rp.config.plugin("nodeplacement").arguments == {"gpu": "spread", "cpu": "binpack"}  # type: ignore[union-attr]
+    assert "config.actions: action 'backfill' is not implemented by kaisched; not run" in rp.warnings
+    assert "config.tiers[0].plugins[2]: plugin 'sla-plugin' is not implemented by kaisched; not run" in rp.warnings
+    result = replay(tmp_path, K.snapshot(config=config), "-o", "json")
+    assert result.exit_code == 0
+    assert "plugin 'sla-plugin' is not implemented by kaisched" in result.stderr
+    # gpu: spread (binpack puts train-0 beside serve-0 on node-1)
+    assert decisions(result.stdout)["binds"] == {"team/train-0": "node-0", "team/train-1": "node-0"}
+
+
+def test_a_node_pool_partition_filters_nodes_queues_and_podgroups(tmp_path: Path) -> None:
+    objects = K.cluster()
+    objects["nodes"] = [K.node("node-0", pool="pool-a"), K.node("node-1")]
+    objects["queues"] = [K.queue("root", 16, pool="pool-a"), K.queue("team-a", 8, "root", pool="pool-a"),
+                         K.queue("team-b", 8, "root")]
+    objects["podGroups"] = [K.pod_group("train", "team-a", 2, pool="pool-a"), K.pod_group("serve", "team-b", 1)]
+    params = K.params_v013(partitionParams={"NodePoolLabelKey": "kai.scheduler/node-pool",
+                                            "NodePoolLabelValue": "pool-a"})
+    result = replay(tmp_path, K.snapshot("v0.13", objects=objects, params=params), "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert decisions(result.stdout)["binds"] == {"team/train-0": "node-0", "team/train-1": "node-0"}
+    data = json.loads(result.stdout)
+    assert [q["name"] for q in data["queues"]] == ["root", "team-a"]
+    assert [g["name"] for g in data["podGroups"]] == ["team/train"]
+    assert "partition: kai.scheduler/node-pool=pool-a" in result.stderr
+    assert "partition kai.scheduler/node-pool=pool-a: 1 nodes, 1 queues, 1 podGroups outside it left out" in \
+        result.stderr
+
+
+def test_the_default_partition_leaves_out_labelled_objects(tmp_path: Path) -> None:
+    objects = K.cluster()
+    objects["nodes"] = [K.node("node-0"), K.node("node-1", pool="other")]
+    result = replay(tmp_path, K.snapshot(objects=objects), "-o", "json")
+    # node-1 is another shard's: the gang fits on node-0 only; serve-0 runs there, outside this partition (an
+    # object error: kaisched does not account a pod on a node outside the snapshot)
+    assert result.exit_code == 1
+    assert decisions(result.stdout)["binds"] == {"team/train-0": "node-0", "team/train-1": "node-0"}
+    assert [e["object"] for e in json.loads(result.stdout)["errors"]] == ["Pod team/serve-0"]
+
+
+def test_pods_as_kais_tool_sees_them(tmp_path: Path) -> None:
+    objects = K.cluster()
+    objects["pods"] += [
+        K.pod("loose", "team-a", 1, group=None),  # pending, no pod-group-name: never scheduled
+        K.pod("loose-run", "team-a", 4, group=None, node_name="node-0", phase="Running"),  # counts on node-0
+        K.pod("nophase", "team-b", 1, group="serve", phase=None),
+    ]
+    objects["bindRequests"] = [{"metadata": {"name": "br", "namespace": K.NS},
+                                "spec": {"podName": "train-0", "selectedNode": "node-0"}}]
+    rp = load_replay(write(tmp_path, K.snapshot(objects=objects)))
+    names = {p.meta.name: p for p in rp.objects.pods}
+    assert "loose" not in names
+    assert names["loose-run"].scheduler_name != "kai-scheduler"
+    assert names["nophase"].phase == "Unknown"
+    assert names["train-0"].node_name == "node-0"
+    text = "\n".join(rp.warnings)
+    assert "1 pending pods of kai-scheduler have no pod-group-name annotation" in text
+    assert "1 bound or running pods of kai-scheduler have no pod-group-name annotation" in text
+    assert "1 pending pods with a BindRequest" in text
+    result = run_replay(rp)
+    # train-0 binds (BindRequest) on node-0 with loose-run: 8 GPUs; train-1 must go to node-1 beside serve-0
+    assert {b.pod: b.node for b in result.binds} == {"team/train-1": "node-1"}
+
+
+def test_unused_object_lists_and_params_are_listed(tmp_path: Path) -> None:
+    objects = K.cluster()
+    objects["configMaps"] = [{"metadata": {"name": "gpu-env", "namespace": K.NS}}]
+    objects["storageClasses"] = [{"metadata": {"name": "fast"}}]
+    params = K.params_v013(scheduleCSIStorage=True, stuckInReleasingThreshold=5_000_000_000, futureKnob=1)
+    result = replay(tmp_path, K.snapshot(objects=objects, params=params), "-o", "json")
+    assert result.exit_code == 0
+    for text in ("rawObjects.configMaps: 1 not used", "rawObjects.storageClasses: 1 not used",
+                 "schedulerParams.scheduleCSIStorage: true, but kaisched does not schedule CSI storage",
+                 "schedulerParams.stuckInReleasingThreshold: not implemented", "schedulerParams.futureKnob: unknown"):
+        assert text in result.stderr
+
+
+def test_a_kaisched_time_is_taken_from_the_snapshot_else_now(tmp_path: Path) -> None:
+    doc = K.document()
+    doc["kaisched"] = {"capturedAt": "2026-03-04T05:06:07Z"}
+    rp = load_replay(write(tmp_path, K.zipped(doc)))
+    assert rp.default_now().isoformat() == "2026-03-04T05:06:07+00:00"
+
+
+def _zip(doc: object) -> bytes:
+    return K.zipped(doc)
+
+
+def _with(path: tuple[str, ...], value: object) -> bytes:
+    doc = K.document()
+    target: Any = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return _zip(doc)
+
+
+GOOD = K.snapshot()
+BAD: list[tuple[str, bytes, str]] = [
+    ("not a zip", b"this is not a zip file at all", "not a ZIP archive (corrupt or truncated)"),
+    ("truncated", GOOD[: len(GOOD) // 2], "corrupt or truncated"),
+    ("empty", b"", "not a ZIP archive"),
+    ("no snapshot.json", K.zip_bytes({"other.json": b"{}"}), "the ZIP has no snapshot.json (it holds other.json)"),
+    ("invalid json", K.zip_bytes({"snapshot.json": b'{"config": '}), "snapshot.json: invalid JSON at line 1"),
+    ("not utf-8", K.zip_bytes({"snapshot.json": b"\xff\xfe"}), "snapshot.json is not UTF-8 text"),
+    ("a list", _zip([1, 2]), "expected a JSON object with config, schedulerParams, rawObjects, got a list"),
+    ("no params", _zip({"config": {}, "rawObjects": {}}), "schedulerParams: missing"),
+    ("no objects", _zip({"config": {}, "schedulerParams": K.params_v013()}), "rawObjects: missing"),
+    ("duration string", _with(("schedulerParams", "globalDefaultStalenessGracePeriod"), "60s"),
+     "schedulerParams.globalDefaultStalenessGracePeriod: expected integer nanoseconds"),
+    ("bool as string", _with(("schedulerParams", "fullHierarchyFairness"), "true"),
+     "schedulerParams.fullHierarchyFairness: expected a boolean, got the string 'true'"),
+    ("partition value", _with(("schedulerParams", "partitionParams"), {"NodePoolLabelValue": 3}),
+     "schedulerParams.partitionParams.NodePoolLabelValue: expected a string, got the number 3"),
+    ("actions list", _with(("config", "actions"), ["allocate"]),
+     "config.actions: expected a comma separated string, got a list"),
+    ("tiers object", _with(("config", "tiers"), {"plugins": []}), "config.tiers: expected a list"),
+    ("plugin name", _with(("config", "tiers"), [{"plugins": [{"name": 7}]}]),
+     "config.tiers[0].plugins[0].name: expected a plugin name (a string), got the number 7"),
+    ("plugin argument", _with(("config", "tiers"), [{"plugins": [{"name": "proportion",
+                                                                  "arguments": {"kValue": 1.5}}]}]),
+     "config.tiers[0].plugins[0].arguments.kValue: expected a string"),
+    ("pods object", _with(("rawObjects", "pods"), {"a": 1}), "rawObjects.pods: expected a list of objects"),
+    ("pod string", _with(("rawObjects", "pods"), ["pod-a"]), "rawObjects.pods[0]: expected an object"),
+    ("pod spec", _with(("rawObjects", "pods"), [{"metadata": {"name": "a"}, "spec": []}]),
+     "rawObjects.pods[0].spec: expected an object, got a list"),
+    ("queue depth", _with(("config", "queueDepthPerAction"), {"allocate": "10"}),
+     "config.queueDepthPerAction.allocate: expected an integer"),
+    ("budgets", _with(("config", "scenarioSearchBudgets"), {"maxJobSearchDuration": 5}),
+     "config: scenarioSearchBudgets.maxJobSearchDuration: must be a valid Go duration"),
+    ("no action", _with(("config", "actions"), "backfill"),
+     "config.actions: none of backfill is implemented by kaisched"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), [(d, m) for _, d, m in BAD], ids=[n for n, _, _ in BAD])
+def test_unreadable_snapshots_are_errors_naming_the_field(tmp_path: Path, data: bytes, message: str) -> None:
+    result = replay(tmp_path, data)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert result.stderr.startswith("kaisched replay: ")
+    assert "Traceback" not in result.output and result.stdout == ""
+    with pytest.raises(SnapshotError):
+        load_replay(write(tmp_path, data, "again.zip"))
+
+
+def test_a_missing_file_and_a_directory_are_usage_errors(tmp_path: Path) -> None:
+    assert CliRunner().invoke(cli, ["replay", str(tmp_path / "nope.zip")]).exit_code == 2
+    assert CliRunner().invoke(cli, ["replay", str(tmp_path)]).exit_code == 2
+
+
+def test_the_size_limit_holds(tmp_path: Path) -> None:
+    result = replay(tmp_path, K.snapshot(), "--max-input-bytes", "100")
+    assert result.exit_code == 2 and "over the 100 byte limit" in result.stderr
+
+
+def test_object_errors_are_listed_with_exit_status_1(tmp_path: Path) -> None:
+    objects = K.cluster()
+    objects["pods"].append(K.pod("lost", "team-a", 1, group="no-such-group"))
+    result = replay(tmp_path, K.snapshot(objects=objects), "-o", "json")
+    assert result.exit_code == 1
+    errors = json.loads(result.stdout)["errors"]
+    assert any("no-such-group" in e["message"] for e in errors)
+
+
+def test_a_go_encoder_newline_and_case_folded_partition_fields_are_read() -> None:
+    doc = K.document("v0.13", params=K.params_v013(partitionParams={"nodepoollabelkey": "pool",
+                                                                    "NODEPOOLLABELVALUE": "x"}))
+    snap = load_snapshot(K.zipped(doc, version="v0.17"))
+    assert (snap.partition_key, snap.partition_value) == ("pool", "x")
