@@ -242,3 +242,39 @@ def test_a_go_encoder_newline_and_case_folded_partition_fields_are_read() -> Non
                                                                     "NODEPOOLLABELVALUE": "x"}))
     snap = load_snapshot(K.zipped(doc, version="v0.17"))
     assert (snap.partition_key, snap.partition_value) == ("pool", "x")
+
+
+def test_a_snapshot_written_by_kaisched_replays_with_the_same_decisions(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from kaisched.cluster.replay import snapshot_zip
+    from kaisched.cluster.schedule import run_prepared_cycle
+    from kaisched.framework.config import SchedulerConfig
+    from kaisched.k8s.parse import parse_objects
+
+    objects = K.cluster()
+    for p in objects["pods"]:
+        del p["metadata"]["ownerReferences"]
+    kinds = {"pods": ("Pod", "v1"), "nodes": ("Node", "v1"), "queues": ("Queue", "scheduling.run.ai/v2"),
+             "podGroups": ("PodGroup", "scheduling.run.ai/v2alpha2")}
+    docs = [{"kind": kinds[k][0], "apiVersion": kinds[k][1], **o} for k, items in objects.items() for o in items]
+    config = SchedulerConfig.from_mapping({"actions": "allocate", "params": {"default-staleness-grace-period": "2m"},
+                                           "tiers": [{"plugins": [{"name": "predicates"}, {"name": "proportion"},
+                                                                  {"name": "nodeplacement",
+                                                                   "arguments": {"gpu": "spread"}}]}]})
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    data = snapshot_zip(config, objects, when, schedule_period=1.0)
+    rp = load_replay(write(tmp_path, data))
+    assert rp.config == config and rp.default_now() == when and rp.warnings == []
+    expected = run_prepared_cycle(parse_objects(docs), config, when, options=rp.options())
+    assert run_replay(rp).to_dict() == expected.to_dict()
+    doc = json.loads(zipfile_text(data))
+    assert doc["schedulerParams"]["globalDefaultStalenessGracePeriod"] == 120_000_000_000
+
+
+def zipfile_text(data: bytes) -> str:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return archive.read("snapshot.json").decode()

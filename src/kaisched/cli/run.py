@@ -72,6 +72,9 @@ def _listen(value: str) -> tuple[str, int | None]:
               callback=_duration, help="Time between tries to acquire or renew the Lease.")
 @click.option("--listen-address", default=":8080", show_default=True,
               help="Where /metrics, /healthz and /readyz are served (HOST:PORT, :PORT, or off).")
+@click.option("--plugin-server-address", default="127.0.0.1:8081", show_default=True,
+              help="Where KAI's plugin endpoint GET /get-snapshot is served when the configuration has the snapshot "
+                   "plugin (HOST:PORT, :PORT, or off); a port in use is logged, not fatal.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--max-input-bytes", default=None, metavar="BYTES",
@@ -81,7 +84,8 @@ def _listen(value: str) -> tuple[str, int | None]:
 def run_command(kubeconfig: str | None, context: str | None, config_path: str | None,
                 schedule_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
                 lease_duration: float, renew_deadline: float, retry_period: float, listen_address: str,
-                log_level: str, max_input_bytes: str | None, max_cycles: int | None) -> None:
+                plugin_server_address: str, log_level: str, max_input_bytes: str | None,
+                max_cycles: int | None) -> None:
     """Schedule every pod with schedulerName kai-scheduler in the cluster, as KAI's scheduler does.
 
     Exit status: 0 when stopped (SIGTERM/SIGINT), 1 when leadership was lost or the caches never synced
@@ -90,6 +94,7 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
     $KAISCHED_INPUT_TIMEOUT seconds, 10 by default), 3 on an internal error.
     """
     from kaisched.kube.client import KubeClient, KubeConfigError
+    from kaisched.kube.kai_snapshot import parse_address, start_plugin_server
     from kaisched.kube.logs import configure
     from kaisched.kube.runner import KubeScheduler, RunOptions
 
@@ -100,6 +105,10 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
     except (ConfigError, OSError) as exc:
         raise click.UsageError(f"scheduler config: {exc}") from None
     host, port = _listen(listen_address)
+    try:
+        plugin_address = parse_address(plugin_server_address)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--plugin-server-address") from None
     if schedule_period <= 0:
         raise click.BadParameter(f"must be > 0, got {schedule_period}", param_hint="--schedule-period")
     try:
@@ -125,9 +134,12 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
         scheduler.close()
         api.close()
         raise click.UsageError(str(exc)) from None
+    plugin_server = start_plugin_server(scheduler, plugin_address)  # KAI's /get-snapshot
     try:
         code = scheduler.run()
     finally:
+        if plugin_server is not None:
+            plugin_server.stop()
         scheduler.close()
         api.close()
     sys.exit(code)

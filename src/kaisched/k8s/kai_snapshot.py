@@ -484,7 +484,10 @@ def to_objects(snap: KaiSnapshot, scheduler_name: str) -> ParsedObjects:
     def add(list_key: str, obj: Mapping[str, Any]) -> None:
         kind = RAW_KINDS[list_key]
         assert kind is not None
-        docs.append({**obj, "kind": kind[0], "apiVersion": kind[1]})
+        version = kind[1]
+        if version == C.RESOURCE_V1_API_VERSION and obj.get("apiVersion") in C.RESOURCE_API_VERSIONS:
+            version = str(obj["apiVersion"])  # a DRA object written with the version its server served
+        docs.append({**obj, "kind": kind[0], "apiVersion": version})
 
     nodes = [n for n in raw["nodes"] if in_partition(n, key, value)]
     queues = [q for q in raw["queues"] if in_partition(q, key, value)]

@@ -74,8 +74,10 @@ class HealthServer:
     """Serves ``/metrics``, ``/healthz`` and ``/readyz``. ``port=0`` picks a free port (see :attr:`port`)."""
 
     def __init__(self, health: Health, metrics: Renderer, host: str = "0.0.0.0", port: int = 8080,
-                 routes: Sequence[Route] = ()) -> None:
+                 routes: Sequence[Route] = (), *, builtin: bool = True) -> None:
+        """``builtin=False``: serve the ``routes`` only (KAI's plugin server: ``/get-snapshot``)."""
         self.health = health
+        self._builtin = builtin
         self._metrics = metrics
         self._routes = routes
         server = self
@@ -122,7 +124,7 @@ class HealthServer:
         self.stop()
 
     def _handle(self, request: BaseHTTPRequestHandler) -> None:
-        path = request.path.split("?", 1)[0]
+        path = request.path.split("?", 1)[0] if self._builtin else ""
         if path == "/metrics":
             try:
                 body = self._metrics()
