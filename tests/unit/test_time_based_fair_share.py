@@ -5,6 +5,7 @@ cycle, and `kaisched schedule --usage`."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ from kaisched.usage.history import UsageHistory
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EXAMPLE = ROOT / "examples" / "time-based-fairness.yaml"
+EXAMPLE_CONFIG = ROOT / "examples" / "config" / "time-based-fairness.yaml"
 EXAMPLE_USAGE = ROOT / "examples" / "usage.yaml"
 
 
@@ -282,3 +284,24 @@ def test_the_usage_file_is_read_and_bad_values_are_named() -> None:
         with pytest.raises(UsageFileError, match=message):
             parse_usage(raw, "x")
 
+
+def test_kaisched_schedule_reproduces_a_cycle_with_usage_from_a_file(tmp_path: Path) -> None:
+    base = ["schedule", "-f", str(EXAMPLE), "--config", str(EXAMPLE_CONFIG), "--now", "2026-01-01T10:00:00Z",
+            "-o", "json"]
+    weight_only = CliRunner().invoke(cli, base)
+    assert weight_only.exit_code == 0
+    assert "the configuration has usageDBConfig, and no --usage was given" in weight_only.stderr
+    data = json.loads(weight_only.stdout)
+    assert {q["name"]: q["fairShare"]["gpu"] for q in data["queues"]} == {"team-a": 5.0, "team-b": 5.0}
+    timed = CliRunner().invoke(cli, [*base, "--usage", str(EXAMPLE_USAGE)])
+    assert timed.exit_code == 0, timed.output
+    data = json.loads(timed.stdout)
+    assert {q["name"]: (q["fairShare"]["gpu"], q["usage"]["gpu"]) for q in data["queues"]} == {
+        "team-a": (6.0, 0.24), "team-b": (4.0, 0.5)}
+    assert sum(1 for b in data["binds"] if "team-a" in b["pod"]) == 6
+    bad = tmp_path / "usage.yaml"
+    bad.write_text("queues:\n  team-a: {gpu: -1}\n")
+    refused = CliRunner().invoke(cli, [*base, "--usage", str(bad)])
+    assert refused.exit_code == 2 and "queues.team-a.gpu: expected a number >= 0" in refused.output
+    both = CliRunner().invoke(cli, ["schedule", "-f", "-", "--usage", "-"], input="")
+    assert both.exit_code == 2 and "can be read once" in both.output

@@ -17,6 +17,7 @@ from kaisched.k8s.loader import (
     InputLimits,
     parse_byte_size,
 )
+from kaisched.model.usage import UsageTable
 
 EXAMPLES = """\
 \b
@@ -29,6 +30,9 @@ Examples:
   # a directory and standard input, with a scheduler configuration
   kaisched schedule -f examples/small-cluster/ -f - \\
       --config examples/config/spread.yaml < examples/workloads/job.yaml
+  # one cycle of time-based fair share with the queues' usage from a file
+  kaisched schedule -f examples/time-based-fairness.yaml \\
+      --config examples/config/time-based-fairness.yaml --usage examples/usage.yaml
   # every row, drawn 100 columns wide
   COLUMNS=100 kaisched schedule -f examples/gpu-sharing.yaml --max-rows 0
 """
@@ -61,6 +65,34 @@ def load_config(path: str, limits: InputLimits) -> SchedulerConfig:
     return SchedulerConfig.load(path, limits)
 
 
+def usage_input(value: str | None, config: SchedulerConfig, now: datetime, command: str) -> UsageTable | None:
+    """The queues' historical usage of ``--usage`` (time-based fair share): a file (:mod:`kaisched.usage.file`) or a
+    Prometheus URL queried as Kubernetes mode queries it, with the configuration's ``usageDBConfig.usageParams``
+    (KAI's defaults without one). Without ``--usage`` a configuration with ``usageDBConfig`` divides by weight only,
+    and says so. A file that does not hold a table is a usage error; a Prometheus that cannot answer, exit 1."""
+    if value is None:
+        if config.usage_db is not None:
+            click.echo(f"kaisched {command}: the configuration has usageDBConfig, and no --usage was given: the "
+                       "division is by weight only (pass --usage FILE or --usage http://PROMETHEUS:9090)", err=True)
+        return None
+    if value.startswith(("http://", "https://")):
+        from kaisched.framework.usage_config import UsageParams
+        from kaisched.usage.prometheus import UsageFetchError, fetch_usage
+
+        params = config.usage_db.params if config.usage_db is not None else UsageParams()
+        try:
+            return fetch_usage(value, params, now)
+        except UsageFetchError as exc:
+            click.echo(f"kaisched {command}: --usage: {exc}", err=True)
+            sys.exit(1)
+    from kaisched.usage.file import UsageFileError, load_usage
+
+    try:
+        return load_usage(value)
+    except UsageFileError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--usage'") from None
+
+
 def stdin_hint(paths: tuple[str, ...] | list[str], command: str) -> None:
     """Say so when standard input is a terminal that is about to be read (rather than wait silently)."""
     if STDIN in paths and sys.stdin is not None and sys.stdin.isatty():
@@ -85,6 +117,9 @@ def _check_paths(paths: tuple[str, ...]) -> None:
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Scheduler configuration in KAI's format (actions, tiers, params).")
 @click.option("--now", "now", default=None, help="Time of the cycle (RFC3339); default: the current time.")
+@click.option("--usage", "usage_path", default=None, metavar="FILE|URL",
+              help="Each queue's historical usage for time-based fair share: a file (docs/fairness.md) or a "
+                   "Prometheus URL, queried with the configuration's usageDBConfig.usageParams.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 @click.option("--max-rows", type=int, default=50, show_default=True,
               help="Table output: at most this many rows per section (decisions, evictions, pending PodGroups, "
@@ -93,7 +128,8 @@ def _check_paths(paths: tuple[str, ...]) -> None:
               help=f"Read at most this much input over all -f paths (bytes, or a quantity like 2Gi; default 1Gi, "
                    f"or ${MAX_INPUT_BYTES_ENV}); more is refused (exit status 2).")
 def schedule_command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None, config_path: str | None,
-                     now: str | None, output: str, max_rows: int, max_input_bytes: str | None) -> None:
+                     now: str | None, usage_path: str | None, output: str, max_rows: int,
+                     max_input_bytes: str | None) -> None:
     """Run one scheduling cycle on the cluster described by the manifests (or, with --kubeconfig, on the live
     cluster: a dry run, nothing is written) and print the decisions.
 
@@ -114,6 +150,10 @@ def schedule_command(paths: tuple[str, ...], kubeconfig: str | None, context: st
         raise click.UsageError(f"scheduler config: {exc}") from None
     from kaisched.cli.live import read_source
 
+    if usage_path == STDIN and STDIN in paths:
+        raise click.BadParameter("'-' (standard input) can be read once: give the manifests or the usage as a file",
+                                 param_hint="'--usage'")
+    usage = usage_input(usage_path, config, when, "schedule")
     source = read_source("schedule", paths, kubeconfig, context, config, when, limits)  # "-": sys.stdin
     with no_cyclic_gc():
         if source.live:  # grouped as Kubernetes mode groups them; scheduled as it schedules them
@@ -123,11 +163,11 @@ def schedule_command(paths: tuple[str, ...], kubeconfig: str | None, context: st
             prepared = source.parsed
             result = run_cycle(prepared, config, when, SnapshotOptions(
                 full_hierarchy_fairness=config.params.full_hierarchy_fairness,
-                scheduler_name=config.params.scheduler_name, make_template_claims=False))
+                scheduler_name=config.params.scheduler_name, make_template_claims=False), usage)
             click.echo(f"kaisched schedule: a dry run of one cycle on {source.name}: nothing is written", err=True)
         else:
             prepared = prepare(source.parsed, config, when)
-            result = run_prepared_cycle(prepared, config, when)
+            result = run_prepared_cycle(prepared, config, when, usage=usage)
     data = result.to_dict()
     if output == "json":
         click.echo(json.dumps(data, indent=2))

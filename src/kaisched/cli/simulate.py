@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -38,7 +39,13 @@ Examples:
   kaisched simulate --compare examples/simulation/compare/binpack.yaml examples/simulation/compare/spread.yaml -o cmp
   # a week of a busy shared cluster of 100 teams, progress as plain lines (e.g. in CI logs)
   kaisched simulate examples/simulation/busy-cluster.yaml -o busy --progress
+  # time-based fair share (the scenario's usageDBConfig) against the same scenario divided by weight only
+  kaisched simulate examples/simulation/time-based-week.yaml --compare-weight-only -o week
+  # KAI's time-based fair-share simulator input: simulation_results.csv (Time,QueueID,Allocation,FairShare)
+  kaisched simulate --kai-time-based examples/simulation/time-based/two-queues.yaml -o tb
 """
+
+TIME_BASED, WEIGHT_ONLY = "time-based", "weight-only"
 
 PLAIN_EVERY = 2.0  # wall seconds between two plain progress lines
 
@@ -88,12 +95,29 @@ def _progress(label: str, mode: str, err: TextIO) -> Iterator[Callable[[Progress
         yield update
 
 
-def _command_line(paths: list[str], compare: bool, outdir: str, seed: int | None) -> str:
+def _command_line(paths: list[str], compare: bool, outdir: str, seed: int | None, weight_only: bool = False,
+                  kai: bool = False) -> str:
     """The command that makes this run again (options as given, in a fixed order)."""
-    args = ["kaisched", "simulate", *(["--compare", *paths] if compare else paths), "-o", outdir]
+    if kai:
+        args = ["kaisched", "simulate", "--kai-time-based", *paths]
+    else:
+        args = ["kaisched", "simulate", *(["--compare", *paths] if compare else paths)]
+    if weight_only:
+        args.append("--compare-weight-only")
+    args += ["-o", outdir]
     if seed is not None:
         args += ["--seed", str(seed)]
     return shlex.join(args)
+
+
+def weight_only_variant(scenario: Scenario) -> Scenario:
+    """The same scenario divided by weight only: its scheduler config without ``usageDBConfig``."""
+    config = {k: v for k, v in (scenario.config or {}).items() if k != "usageDBConfig"}
+    return replace(scenario, config=config or None)
+
+
+def has_usage_db(scenario: Scenario) -> bool:
+    return isinstance(scenario.config, dict) and scenario.config.get("usageDBConfig") is not None
 
 
 def _fail(lines: list[str], code: int) -> NoReturn:
@@ -110,6 +134,15 @@ def _fail(lines: list[str], code: int) -> NoReturn:
 @click.option("--compare", "compare_paths", nargs=2, type=click.Path(exists=True, dir_okay=False), default=None,
               metavar="A.yaml B.yaml",
               help="Run two scenarios (the same workload under two configs) and compare them side by side.")
+@click.option("--compare-weight-only", "weight_only", is_flag=True,
+              help="Run SCENARIO as written (time-based fair share: its config has usageDBConfig) and again without "
+                   "its usageDBConfig (weight-only division), and compare them side by side, fairness over time "
+                   "included.")
+@click.option("--kai-time-based", "kai_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              metavar="FILE",
+              help="Run a KAI time-based fair-share simulator input (Cycles, WindowSize, HalfLifePeriod, KValue, "
+                   "Nodes, Queues, Jobs): one cycle per simulated second; writes simulation_results.csv "
+                   "(Time,QueueID,Allocation,FairShare) and the report.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Show the progress of the run on standard error (default: a bar when it is a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no summary: only problems and the report's path.")
@@ -117,7 +150,8 @@ def _fail(lines: list[str], code: int) -> NoReturn:
               help=f"Read at most this much of each scenario and the files it names (bytes, or a quantity like 2Gi; "
                    f"default 1Gi, or ${MAX_INPUT_BYTES_ENV}).")
 def simulate_command(scenario: str | None, outdir: str, seed: int | None, compare_paths: tuple[str, str] | None,
-                     show_progress: bool | None, quiet: bool, max_input_bytes: str | None) -> None:
+                     weight_only: bool, kai_file: str | None, show_progress: bool | None, quiet: bool,
+                     max_input_bytes: str | None) -> None:
     """Simulate SCENARIO (a scenario file: cluster, queues, scheduler config, workload) and write a report.
 
     Every scenario is checked before anything runs: unknown fields, queues that do not exist, jobs no node (or
@@ -131,11 +165,18 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
     """
     from kaisched.sim import report
 
+    if kai_file is not None:
+        if scenario or compare_paths:
+            raise click.UsageError("give either --kai-time-based FILE or a SCENARIO (or --compare A.yaml B.yaml)")
+        _kai_time_based(kai_file, outdir, weight_only, quiet)
+        return
     paths = list(compare_paths) if compare_paths else ([scenario] if scenario else [])
     if not paths:
         raise click.UsageError("give a SCENARIO file, or --compare A.yaml B.yaml")
     if compare_paths and scenario:
         raise click.UsageError("give either a SCENARIO or --compare A.yaml B.yaml, not both")
+    if weight_only and not scenario:
+        raise click.UsageError("--compare-weight-only compares one SCENARIO with itself divided by weight only")
     limits = input_limits(max_input_bytes)
     try:
         report.check_plotting()
@@ -150,19 +191,28 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
             problems += [p if p.startswith(f"{path}:") else f"{path}: {p}" for p in exc.problems]
         else:  # the cluster's objects, checked as the run would (before any run starts)
             problems += [f"{path}: {p}" for p in cluster_problems(scenarios[-1])]
+    if weight_only and not problems and not has_usage_db(scenarios[0]):
+        problems.append(f"{paths[0]}: config: no usageDBConfig: --compare-weight-only compares time-based fair "
+                        "share (a scheduler config with usageDBConfig) against weight-only division")
     if problems:
         _fail([*problems, f"nothing simulated: {len(problems)} problem{'s' if len(problems) > 1 else ''}"], 2)
+    labels_given: list[str] = [Path(p).stem for p in paths] if compare_paths else []
+    if weight_only:  # the same file twice: as written, and without its usageDBConfig
+        scenarios.append(weight_only_variant(scenarios[0]))
+        paths.append(paths[0])
+        labels_given = [TIME_BASED, WEIGHT_ONLY]
+    compared = bool(labels_given)
     mode = "off" if quiet or show_progress is False else "bar" if sys.stderr.isatty() else (
         "lines" if show_progress else "off")
     err = sys.stderr
     results: list[SimResult] = []
     labels: list[str] = []
-    command = _command_line(paths, bool(compare_paths), outdir, seed)
-    for path, sc in zip(paths, scenarios, strict=True):
-        label = Path(path).stem if compare_paths else sc.name
+    command = _command_line(paths[:1] if weight_only else paths, bool(compare_paths), outdir, seed, weight_only)
+    for k, (path, sc) in enumerate(zip(paths, scenarios, strict=True)):
+        label = labels_given[k] if compared else sc.name
         if not quiet:
             jobs = len(sc.arrivals) + len(sc.dropped)
-            click.echo(f"{label}: " * bool(compare_paths) + f"{sc.name}: {jobs:,} jobs, period {sc.period:g}s"
+            click.echo(f"{label}: " * compared + f"{sc.name}: {jobs:,} jobs, period {sc.period:g}s"
                        + (f", until {sc.until / 3600:g}h" if sc.until else "")
                        + (f", {len(sc.dropped):,} dropped (could never run)" if sc.dropped else ""))
         try:
@@ -173,11 +223,14 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
         except SimulationError as exc:
             _fail([f"{path}: {exc}"], 2)
         result.inputs["command"] = command
+        if weight_only:
+            result.inputs["variant"] = ("as written (time-based fair share)" if k == 0 else
+                                        "usageDBConfig removed (weight-only division)")
         results.append(result)
         labels.append(label)
     out = Path(outdir)
     try:
-        if compare_paths:
+        if compared:
             files = report.compare(results, labels, out)
             text, where = report.compare_text(results, labels), files["compare.html"]
         else:
@@ -189,4 +242,63 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
         _fail([f"kaisched simulate: cannot write the report to {outdir}: {exc.strerror or exc}"], 2)
     if not quiet:
         click.echo(text)
+    click.echo(f"report: {where}")
+
+
+def _kai_time_based(path: str, outdir: str, weight_only: bool, quiet: bool) -> None:
+    """``--kai-time-based FILE``: KAI's time-based fair-share simulator input (kaisched.sim.timebased)."""
+    from kaisched.sim import report
+    from kaisched.sim.timebased import TimeBasedError, csv_text, load_time_based, run_time_based, settling
+
+    try:
+        report.check_plotting()
+        sim = load_time_based(path)
+    except report.ReportDependencyError as exc:
+        _fail([f"kaisched simulate: {exc}"], 2)
+    except TimeBasedError as exc:
+        _fail([str(exc), "nothing simulated: 1 problem"], 2)
+    command = _command_line([path], False, outdir, None, weight_only, kai=True)
+    variants = [True, False] if weight_only else [True]
+    runs = []
+    try:
+        for time_based in variants:
+            run = run_time_based(sim, time_based=time_based)
+            run.result.inputs.update(command=command, scenario_path=path)
+            runs.append(run)
+    except (ConfigError, SimulationError, ScenarioError) as exc:
+        _fail([f"{path}: {exc}"], 2)
+    out = Path(outdir)
+    labels = [TIME_BASED if r.time_based else WEIGHT_ONLY for r in runs]
+    try:
+        if weight_only:
+            files = report.compare([r.result for r in runs], labels, out)
+            where = files["compare.html"]
+            csvs = []
+            for label, r in zip(labels, runs, strict=True):
+                (out / label / "simulation_results.csv").write_text(csv_text(r.rows), encoding="utf-8")
+                csvs.append(out / label / "simulation_results.csv")
+        else:
+            files = report.write_outputs(runs[0].result, out)
+            where = files["report.html"]
+            (out / "simulation_results.csv").write_text(csv_text(runs[0].rows), encoding="utf-8")
+            csvs = [out / "simulation_results.csv"]
+    except OSError as exc:
+        _fail([f"kaisched simulate: cannot write the report to {outdir}: {exc.strerror or exc}"], 2)
+    if not quiet:
+        click.echo(f"{sim.name}: {sim.cycles} cycles of 1s, {sim.gpus} GPUs, window {sim.window_size} cycles, "
+                   f"half-life {f'{sim.half_life} cycles' if sim.half_life else 'off'}, kValue {sim.k_value:g}")
+        table = [["queue", "division", "long-run share", "within 1 GPU after", "peak", "last-window swing",
+                  "mean |error|"]]
+        for label, r in zip(labels, runs, strict=True):
+            for q in settling(r).values():
+                table.append([q.queue, label, f"{q.long_run:g}", "never" if q.cycles is None else f"{q.cycles} cycles",
+                              f"{q.peak:g}", f"{q.swing:g}", f"{q.error:.2f}"])
+        widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+        for row in table:
+            click.echo("  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
+                                 for c, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        click.echo("(GPUs; long-run share: the weight-only division of every queue's whole demand; cycles from the "
+                   "last arrival)")
+    for c in csvs:
+        click.echo(f"csv: {c}")
     click.echo(f"report: {where}")

@@ -15,6 +15,15 @@ Events (a ``heapq`` of ``(time, priority, seq, kind, payload)``; ties by priorit
   stale-gang grace periods expire with time); when nothing is left to arrive or finish and 6 such idle cycles
   changed nothing, the run ends.
 
+Time-based fair share (spec 5.7): when the scheduler config has ``usageDBConfig`` (whatever its ``clientType``: the
+simulator has no Prometheus), a :class:`~kaisched.usage.history.UsageHistory` on the simulated clock stands in for
+it (KAI's ``fake-with-history``): each cycle gets ``usage=history.table(now)`` and each queue's allocation after the
+cycle is recorded with the cluster's capacity. Fair shares then move with time alone, so a cycle runs every period
+while jobs wait (no idle skipping, no light samples), and with nothing left to arrive or finish the run ends after a
+whole usage window of cycles that changed nothing. Without ``usageDBConfig`` the division is by weight only, as
+before. ``Simulator(every_cycle=True)`` runs a cycle every period up to ``until`` regardless (KAI's time-based
+simulator input, :mod:`kaisched.sim.timebased`); an ``observer`` sees every cycle's result.
+
 At the end every job gets its outcome (:data:`~kaisched.sim.model.OUTCOMES`: completed, running, evicted and
 pending again, never started, dropped); jobs a scenario left out as impossible (``Scenario.dropped``) are
 recorded as dropped. A progress callback gets a :class:`ProgressInfo` at most every :data:`PROGRESS_EVERY` wall
@@ -50,6 +59,7 @@ from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.pod_facts import pod_facts
+from kaisched.sim.fairness import long_run_shares
 from kaisched.sim.metrics import summarize
 from kaisched.sim.model import (
     COMPLETED,
@@ -64,6 +74,7 @@ from kaisched.sim.model import (
     Scenario,
     SimResult,
 )
+from kaisched.usage.history import UsageHistory
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated time 0
 ARRIVAL, COMPLETION, CYCLE = 0, 1, 2  # event priorities at equal times: arrivals first, cycle last
@@ -128,9 +139,19 @@ def _ts(t: float) -> str:
     return (EPOCH + timedelta(seconds=t)).isoformat().replace("+00:00", "Z")
 
 
+#: called after every cycle with its simulated time and result (e.g. to record what the samples leave out)
+CycleObserver = Callable[[float, CycleResult], None]
+
+
 class Simulator:
-    def __init__(self, scenario: Scenario, *, progress: Progress | None = None) -> None:
+    """``every_cycle``: run a cycle every period up to the scenario's ``until`` whether or not anything changed
+    (the time-based simulator's one cycle per second); ``observer``: called after each cycle."""
+
+    def __init__(self, scenario: Scenario, *, progress: Progress | None = None, every_cycle: bool = False,
+                 observer: CycleObserver | None = None) -> None:
         self.scenario = scenario
+        self.every_cycle = every_cycle and scenario.until is not None
+        self.observer = observer
         self.config: SchedulerConfig = resolve_config(scenario.config)
         static = parse_objects(scenario.cluster)
         if static.errors:
@@ -160,6 +181,17 @@ class Simulator:
         self.completed = 0
         self.arrived = 0
         self.reported = -math.inf  # wall time of the last progress report
+        # time-based fair share (the scheduler config's usageDBConfig, any clientType): the allocation history on
+        # the simulated clock stands in for Prometheus (KAI's fake-with-history); None: weight-only division
+        usage_db = self.config.usage_db
+        self.history: UsageHistory | None = (UsageHistory(usage_db.params, "simulated history")
+                                             if usage_db is not None else None)
+        # with it, idle cycles keep running (the window slides, fair shares move) but the run stops once nothing
+        # is left to arrive or finish and nothing moved for a whole window
+        self.max_idle_cycles = MAX_IDLE_CYCLES
+        if usage_db is not None:
+            window = usage_db.params.window_size.total_seconds()
+            self.max_idle_cycles = max(MAX_IDLE_CYCLES, math.ceil(window / max(scenario.period, 1e-9)))
 
     # ---- events ------------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -208,7 +240,9 @@ class Simulator:
         records = sorted([*records, *dropped], key=lambda r: r.arrival) if dropped else records
         summary = summarize(self.samples, records, end, self.cycles, time.perf_counter() - wall,
                             not_arrived=len(scenario.arrivals) + len(scenario.dropped) - self.arrived - len(dropped))
-        return SimResult(scenario.name, self.samples, records, summary, scenario.config, run_inputs(scenario))
+        long_run = long_run_shares(self.static.queues, self.samples, end)
+        return SimResult(scenario.name, self.samples, records, summary, scenario.config, run_inputs(scenario),
+                         long_run)
 
     def _report(self, t: float, done: bool) -> None:
         """Tell the progress callback where the run is (at most every PROGRESS_EVERY wall seconds)."""
@@ -286,25 +320,29 @@ class Simulator:
     # ---- cycles --------------------------------------------------------------------------------------------
     def _cycle(self, t: float) -> None:
         pending = any(j.run_start is None for j in self.active.values())
-        if self.dirty and not pending and self.only_completions:
+        timed = self.history is not None  # time-based: fair shares move with time, every cycle may change things
+        if self.dirty and not pending and self.only_completions and not timed and not self.every_cycle:
             # jobs only finished and nobody waits: no action has anything to do; record the freed GPUs
             self.samples.append(self._light_sample(t))
             self.dirty = False
-        elif self.dirty or (pending and self._idle_due(t)):
+        elif self.dirty or self.every_cycle or (pending and (timed or self._idle_due(t))):
             self._run_cycle(t)
         self.only_completions = True
         period = self.scenario.period
+        if self.every_cycle:
+            self._push(t + period, CYCLE, None)
+            return
         more = self._more_events()
         if self.dirty:
             self.idle_cycles = 0
             self._push(t + period, CYCLE, None)
-        elif not more and self.idle_cycles >= MAX_IDLE_CYCLES:
+        elif not more and self.idle_cycles >= self.max_idle_cycles:
             return  # nothing will arrive or finish, and waiting jobs have not moved for a long time: stop
         elif more or pending:
             if not more:
                 self.idle_cycles += 1
             nxt = min((e[0] for e in self.heap if e[3] != CYCLE), default=math.inf)
-            idle = t + period * IDLE_CYCLES if pending else math.inf
+            idle = t + period * (1 if timed else IDLE_CYCLES) if pending else math.inf
             when = min(nxt, idle)
             if when != math.inf:
                 # on the period grid, after the next event
@@ -317,13 +355,22 @@ class Simulator:
 
     def _run_cycle(self, t: float) -> None:
         now = EPOCH + timedelta(seconds=t)
+        history = self.history
+        usage = history.table(now) if history is not None else None
         with no_cyclic_gc():
-            result = run_prepared_cycle(self.cluster.parsed(), self.config, now)
+            result = run_prepared_cycle(self.cluster.parsed(), self.config, now, usage=usage)
         self.cycles += 1
         changed = bool(result.binds or result.evictions)
+        if history is not None:  # what each queue holds from now on (after this cycle's binds and evictions)
+            cap = result.capacity
+            history.record(now, {q.name: [q.allocated.get("gpu", 0.0), q.allocated.get("cpu", 0.0),
+                                          q.allocated.get("memory", 0.0)] for q in result.queues},
+                           [cap.get("gpu", 0.0), cap.get("cpu", 0.0), cap.get("memory", 0.0)])
         self._apply(result, t)
         self._update_jobs(t)
         self.samples.append(self._sample(result, t))
+        if self.observer is not None:
+            self.observer(t, result)
         self.dirty = changed
 
     def _apply(self, result: CycleResult, t: float) -> None:
@@ -385,8 +432,10 @@ class Simulator:
         fractional = sum(s.used_mib / s.memory_mib for n in result.nodes for s in n.shared if s.memory_mib > 0)
         partial_idle = sum(max(n.idle, 0.0) for n in result.nodes if n.gpus - n.idle - n.releasing > 1e-9)
         parents = {q.parent for q in result.queues if q.parent}
+        timed = self.history is not None
         queues = {q.name: QueueSample(q.allocated.get("gpu", 0.0), q.fair_share.get("gpu", 0.0),
-                                      q.deserved.get("gpu", 0.0), q.request.get("gpu", 0.0))
+                                      q.deserved.get("gpu", 0.0), q.request.get("gpu", 0.0),
+                                      q.usage.get("gpu", 0.0) if timed else None)
                   for q in result.queues}
         allocated = sum(q.allocated.get("gpu", 0.0) for q in result.queues if q.parent is None)
         if not result.queues:
@@ -457,5 +506,5 @@ def simulate(scenario: Scenario, *, progress: Progress | None = None) -> SimResu
     return Simulator(scenario, progress=progress).run()
 
 
-__all__ = ["EPOCH", "Progress", "ProgressInfo", "SimulationError", "Simulator", "annotated_pod_group", "bound_pod",
-           "evicted_pod", "simulate"]
+__all__ = ["EPOCH", "CycleObserver", "Progress", "ProgressInfo", "SimulationError", "Simulator", "annotated_pod_group",
+           "bound_pod", "evicted_pod", "simulate"]

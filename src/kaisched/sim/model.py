@@ -58,6 +58,9 @@ class QueueSample:
     fair_share: float
     deserved: float  # -1 = unlimited
     requested: float
+    #: the queue's normalised historical GPU usage the cycle divided with (time-based fair share: 0..1 of the
+    #: cluster's GPUs over the window); None when the run divides by weight only (no usageDBConfig)
+    usage: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +163,12 @@ class SimResult:
     config: Obj | None = None
     #: what the run was made of: scenario file, its hash and text, seed, kaisched version, command line
     inputs: dict[str, Any] = field(default_factory=dict)
+
+    #: each leaf queue's long-run fair share in GPUs (kaisched.sim.fairness.long_run_shares): the weight-only
+    #: division of the cluster among the queues for their mean demand over the run
+    long_run_share: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def time_based(self) -> bool:
+        """The run divided with historical usage (its scheduler config has ``usageDBConfig``)."""
+        return isinstance(self.config, dict) and self.config.get("usageDBConfig") is not None

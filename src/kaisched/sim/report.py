@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from kaisched.sim.fairness import RunFairness, fairness, fairness_window, reference_shares
 from kaisched.sim.metrics import outcome_of, waited
 from kaisched.sim.model import (
     COMPLETED,
@@ -86,7 +87,10 @@ SAMPLES_COLUMNS = (
     "pending_jobs",
     "running_jobs",
 )
-QUEUES_COLUMNS = ("time", "queue", "allocated", "fair_share", "deserved", "requested")
+QUEUES_COLUMNS = ("time", "queue", "allocated", "fair_share", "deserved", "requested", "usage")
+#: ``fairness.csv`` (time-based runs, and every run of a comparison with one): per sample, the fair-share error and
+#: Jain's index over the window (kaisched.sim.fairness), then per queue its windowed allocation
+FAIRNESS_COLUMNS = ("time", "fair_share_error", "jain_window")
 JOBS_COLUMNS = (
     "name",
     "queue",
@@ -117,6 +121,7 @@ _PALETTE = (
 _WHOLE_COLOUR = "#4269d0"
 _FRACTIONAL_COLOUR = "#97bbf5"
 _CAPACITY_COLOUR = "#333333"
+_USAGE_COLOUR = "#a463f2"
 
 
 class ReportDependencyError(Exception):
@@ -280,7 +285,7 @@ class _Series:
         names = _sorted_names({q for s in samples for q in s.queues})
         queues: dict[str, dict[str, FloatArray]] = {}
         for q in names:
-            arrs = {k: np.full(n, np.nan) for k in ("allocated", "fair_share", "deserved", "requested")}
+            arrs = {k: np.full(n, np.nan) for k in ("allocated", "fair_share", "deserved", "requested", "usage")}
             queues[q] = arrs
         for i, s in enumerate(samples):
             for q, qs in s.queues.items():
@@ -289,6 +294,8 @@ class _Series:
                 a["fair_share"][i] = qs.fair_share
                 a["deserved"][i] = qs.deserved if qs.deserved >= 0 else np.nan
                 a["requested"][i] = qs.requested
+                if qs.usage is not None:  # as GPUs: the share of the cluster's GPUs it held over the window
+                    a["usage"][i] = qs.usage * s.gpus_total
         return cls(
             time=col(lambda s: s.time),
             total=col(lambda s: s.gpus_total),
@@ -467,6 +474,8 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
         "inputs": _inputs_json(result),
         "gpus_total": _round(_gpus_total(result), 4),
         "samples": len(result.samples),
+        "time_based": result.time_based,
+        "long_run_fair_share": {q: _round(v, 4) for q, v in sorted(result.long_run_share.items())},
         "queues": {
             q.queue: {
                 "allocated_mean": _round(q.allocated, 4),
@@ -530,7 +539,8 @@ def _queues_rows(result: SimResult) -> Iterable[list[str]]:
         t = _csv_num(s.time)
         for name in _sorted_names(s.queues):
             q = s.queues[name]
-            yield [t, name, _csv_num(q.allocated), _csv_num(q.fair_share), _csv_num(q.deserved), _csv_num(q.requested)]
+            yield [t, name, _csv_num(q.allocated), _csv_num(q.fair_share), _csv_num(q.deserved), _csv_num(q.requested),
+                   _csv_num(q.usage)]
 
 
 def _jobs_rows(result: SimResult) -> Iterable[list[str]]:
@@ -563,8 +573,20 @@ def write_outputs(result: SimResult, outdir: Path) -> dict[str, Path]:
     _write_csv(paths["samples.csv"], SAMPLES_COLUMNS, _samples_rows(result))
     _write_csv(paths["queues.csv"], QUEUES_COLUMNS, _queues_rows(result))
     _write_csv(paths["jobs.csv"], JOBS_COLUMNS, _jobs_rows(result))
+    if result.time_based:
+        paths["fairness.csv"] = outdir / "fairness.csv"
+        long_run = reference_shares([result])
+        _write_fairness_csv(paths["fairness.csv"], fairness(result, long_run, fairness_window([result])))
     paths["report.html"].write_text(render_html(result), encoding="utf-8")
     return paths
+
+
+def _write_fairness_csv(path: Path, f: RunFairness) -> None:
+    names = [q.queue for q in f.queues]
+    header = [*FAIRNESS_COLUMNS, *(f"windowed_allocation:{q}" for q in names)]
+    _write_csv(path, header, ([_csv_num(float(t)), _csv_num(_finite(float(e))), _csv_num(_finite(float(j))),
+                               *(_csv_num(float(w[i])) for w in f.windowed.values())]
+                              for i, (t, e, j) in enumerate(zip(f.times, f.error, f.jain, strict=True))))
 
 
 # ------------------------------------------------------------------------------------------------ terminal
@@ -809,6 +831,20 @@ def compare_dict(results: Sequence[SimResult], labels: Sequence[str]) -> dict[st
             for row in _metric_rows(results, labels)
         ],
         "runs": {label: summary_dict(r) for label, r in zip(labels, results, strict=True)},
+        "fairness": _fairness_dict(fairness_comparison(results, labels), labels),
+    }
+
+
+def _fairness_dict(fc: FairnessComparison | None, labels: Sequence[str]) -> dict[str, Any] | None:
+    if fc is None:
+        return None
+    return {
+        "window": _round(fc.window, 2),
+        "reference": fc.reference,
+        "long_run_fair_share": {q: _round(v, 4) for q, v in fc.long_run.items()},
+        "metrics": [{"key": row.metric.key, "title": row.metric.title, "better": row.metric.better,
+                     "values": [_round(v, row.metric.digits) for v in row.values],
+                     "best": [labels[i] for i in sorted(row.best)]} for row in fc.rows],
     }
 
 
@@ -816,9 +852,85 @@ def compare_text(results: Sequence[SimResult], labels: Sequence[str], width: int
     """The comparison as an aligned plain-text table, the best value of each row marked with ``*`` and the rows
     that cannot be ranked with ``†`` (why, below the table), the runs in the order given."""
     _check_labels(results, labels)
-    header = ["", *labels]
-    table = [header]
     rows = _metric_rows(results, labels)
+    lines = _rows_text(["", *labels], rows)
+    title = f"{_title(results)}: {len(results)} runs compared ({', '.join(labels)})"
+    notes = list(dict.fromkeys(row.note for row in rows if row.note))
+    footer = (["* best of the row"] if any(row.best for row in rows) else []) + [f"† {n}" for n in notes]
+    out = [*wrap_phrases([title], width), *lines]
+    for line in footer:
+        out.extend(wrap_phrases([line], width))
+    for label, r in zip(labels, results, strict=True):
+        out.extend(wrap_phrases([f"{label}: {accounting_text(r.summary)}"], width))
+    fair = fairness_text(results, labels, width)
+    if fair:
+        out += ["", fair]
+    return "\n".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessComparison:
+    """Fairness over time of runs side by side (kaisched.sim.fairness), against one set of long-run fair shares."""
+
+    window: float  # seconds
+    reference: str  # which runs the long-run fair shares come from
+    long_run: dict[str, float]
+    runs: list[RunFairness]
+    rows: list[MetricRow]
+
+
+def _fairness_rows(labels: Sequence[str], runs: Sequence[RunFairness]) -> list[MetricRow]:
+    w = format_duration(runs[0].window) if runs else ""
+    rows: list[MetricRow] = []
+
+    def row(key: str, title: str, values: list[float | None], fmt: Callable[[float | None], str],
+            better: str | None, digits: int = 4) -> None:
+        metric = _Metric(key, title, lambda _s: None, fmt, better, digits)
+        rows.append(MetricRow(metric, [_finite(v) for v in values], _best([_finite(v) for v in values], better)))
+
+    row("fair_share_error", f"fair-share error over {w} (GPUs)", [r.error_mean for r in runs],
+        lambda x: _fixed(x, 2), "lower")
+    row("jain_window", f"Jain's index over {w}", [r.jain_mean for r in runs], lambda x: _fixed(x, 3), "higher")
+    names = [q.queue for q in runs[0].queues] if runs else []
+    for k, name in enumerate(names):
+        qs = [r.queues[k] for r in runs]
+        share = qs[0].long_run
+        row(f"{name}.allocated", f"{name}: allocated (long-run share {_fixed(share, 1)})",
+            [q.allocated for q in qs], lambda x: _fixed(x, 1), None, 2)
+        row(f"{name}.window_error", f"{name}: error over {w} (GPUs)", [q.window_error for q in qs],
+            lambda x: _fixed(x, 2), "lower")
+        row(f"{name}.wait_mean", f"{name}: wait mean", [q.wait_mean for q in qs],
+            _bounded_duration if any(q.waiting_at_end for q in qs) else format_duration, None, 2)
+    return rows
+
+
+def _bounded_duration(x: float | None) -> str:
+    """A waiting time that is a lower bound (jobs still waited at the end)."""
+    return "≥ " + format_duration(x) if x is not None else format_duration(x)
+
+
+def fairness_comparison(results: Sequence[SimResult], labels: Sequence[str]) -> FairnessComparison | None:
+    """The fairness over time of the runs, when any of them is time-based (None otherwise)."""
+    if not any(r.time_based for r in results):
+        return None
+    window = fairness_window(results)
+    long_run = reference_shares(results)
+    weight_only = [label for label, r in zip(labels, results, strict=True) if not r.time_based]
+    reference = ("run" + ("s " if len(weight_only) > 1 else " ") + ", ".join(weight_only) + " (weight-only)"
+                 if weight_only else "all runs (all time-based)")
+    runs = [fairness(r, long_run, window) for r in results]
+    return FairnessComparison(window, reference, long_run, runs, _fairness_rows(labels, runs))
+
+
+def _fairness_note(fc: FairnessComparison) -> str:
+    return (f"Fairness over time (window {format_duration(fc.window)}): each queue's mean allocation over the "
+            f"window against its long-run fair share (the weight-only division of the cluster for its mean demand, "
+            f"from {fc.reference}); error: mean |windowed allocation - long-run share| over the queues; Jain's "
+            "index of windowed allocation / long-run share (capped at 1)")
+
+
+def _rows_text(header: Sequence[str], rows: Sequence[MetricRow]) -> list[str]:
+    table = [list(header)]
     for row in rows:
         mark = " †" if row.note else ""
         table.append([row.metric.title + mark,
@@ -830,15 +942,15 @@ def compare_text(results: Sequence[SimResult], labels: Sequence[str], width: int
         lines.append("  ".join(cells).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
-    title = f"{_title(results)}: {len(results)} runs compared ({', '.join(labels)})"
-    notes = list(dict.fromkeys(row.note for row in rows if row.note))
-    footer = (["* best of the row"] if any(row.best for row in rows) else []) + [f"† {n}" for n in notes]
-    out = [*wrap_phrases([title], width), *lines]
-    for line in footer:
-        out.extend(wrap_phrases([line], width))
-    for label, r in zip(labels, results, strict=True):
-        out.extend(wrap_phrases([f"{label}: {accounting_text(r.summary)}"], width))
-    return "\n".join(out)
+    return lines
+
+
+def fairness_text(results: Sequence[SimResult], labels: Sequence[str], width: int | None = None) -> str:
+    """The fairness comparison as plain text ("" when no run is time-based)."""
+    fc = fairness_comparison(results, labels)
+    if fc is None:
+        return ""
+    return "\n".join([*wrap_phrases([_fairness_note(fc)], width), *_rows_text(["", *labels], fc.rows)])
 
 
 def compare(results: list[SimResult], labels: list[str], outdir: Path) -> dict[str, Path]:
@@ -850,9 +962,13 @@ def compare(results: list[SimResult], labels: list[str], outdir: Path) -> dict[s
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {"compare.json": outdir / "compare.json", "compare.html": outdir / "compare.html"}
-    for r, d in zip(results, dirs, strict=True):
+    fc = fairness_comparison(results, labels)
+    for k, (r, d) in enumerate(zip(results, dirs, strict=True)):
         for name, p in write_outputs(r, outdir / d).items():
             paths[f"{d}/{name}"] = p
+        if fc is not None:  # against the comparison's long-run fair shares (a run's own file has its own)
+            paths[f"{d}/fairness.csv"] = outdir / d / "fairness.csv"
+            _write_fairness_csv(paths[f"{d}/fairness.csv"], fc.runs[k])
     _write_json(paths["compare.json"], compare_dict(results, labels))
     paths["compare.html"].write_text(render_compare_html(results, labels, dirs), encoding="utf-8")
     return paths
@@ -888,6 +1004,8 @@ class _TimeUnit:
 
 
 def _time_unit(span: float) -> _TimeUnit:
+    if span <= 5 * 60:  # (KAI's time-based simulator input: a cycle a second)
+        return _TimeUnit(1.0, "s")
     if span <= 2 * 3600:
         return _TimeUnit(60.0, "min")
     if span <= 72 * 3600:
@@ -1065,7 +1183,10 @@ def _queue_figure(n: int) -> Figure:
 
 
 def _plot_queues(series: _Series, unit: _TimeUnit) -> Figure:
+    """Per queue: allocation, fair share, deserved, requested, and (time-based runs) the usage the division used,
+    as GPUs: the queue's share of the cluster's GPUs over the usage window times the cluster's GPUs."""
     names = _busiest(series.queues, MAX_QUEUE_PANELS)
+    timed = any(not np.isnan(a["usage"]).all() for a in series.queues.values())
     if not names or len(series.time) == 0:
         fig = _new_figure(11, 2.5)
         _empty(fig.subplots(), "no queues sampled")
@@ -1086,12 +1207,18 @@ def _plot_queues(series: _Series, unit: _TimeUnit) -> Figure:
             ax.step(x, des, where="post", color="#333333", lw=1.0, ls="--")
         ax.set_title(q, loc="left")
         ax.set_ylim(bottom=0)
-    fig.legend(
-        [_line(_WHOLE_COLOUR), _line("#ff725c", lw=1.5), _line("#333333", "--", 1.0), _line("#9498a0", ":", 1.0)],
-        ["allocated", "fair share", "deserved (when limited)", "requested"],
-        loc="outside upper center",
-        ncols=4,
-    )
+        if timed:
+            _, use = downsample(series.time, a["usage"])
+            ax.step(x, use, where="post", color=_USAGE_COLOUR, lw=1.3, ls="-.")
+            # what the division did, not a backlog many times the cluster (requested is cut off then)
+            top = float(np.nanmax(np.concatenate([alloc, fair, use, np.nan_to_num(des), [1.0]])))
+            ax.set_ylim(0, top * 1.25)
+    handles = [_line(_WHOLE_COLOUR), _line("#ff725c", lw=1.5), _line("#333333", "--", 1.0), _line("#9498a0", ":", 1.0)]
+    names_ = ["allocated", "fair share", "deserved (when limited)", "requested"]
+    if timed:
+        handles.append(_line(_USAGE_COLOUR, "-.", 1.3))
+        names_.append("usage over the window (GPUs)")
+    fig.legend(handles, names_, loc="outside upper center", ncols=len(names_))
     return fig
 
 
@@ -1253,6 +1380,47 @@ def _plot_compare_queues(runs: Sequence[tuple[str, _Series]], unit: _TimeUnit) -
         ax.set_ylim(bottom=0)
     _run_legend(fig, [label for label, _ in runs], [("allocated", "-"), ("fair share", (0, (2, 2)))])
     return fig
+
+
+def _plot_fairness(runs: Sequence[tuple[str, RunFairness]], unit: _TimeUnit) -> Figure:
+    """Fair-share error (GPUs) and Jain's index over the window, one line per run."""
+    fig = _new_figure(11, 4.6)
+    ax_e, ax_j = fig.subplots(2, 1, sharex=True)
+    drawn = False
+    for k, (label, f) in enumerate(runs):
+        if len(f.times) == 0:
+            continue
+        t, err, jain = downsample(f.times, f.error, f.jain, max_points=COMPARE_PLOT_POINTS)
+        x = t / unit.divisor
+        colour = _PALETTE[k % len(_PALETTE)]
+        ax_e.step(x, err, where="post", color=colour, lw=1.4, label=label)
+        ax_j.step(x, jain, where="post", color=colour, lw=1.4, label=label)
+        drawn = True
+    if not drawn:
+        _empty(ax_e, "no samples")
+        _empty(ax_j, "no samples")
+        return fig
+    w = format_duration(runs[0][1].window)
+    ax_e.set_ylabel(f"fair-share error\nover {w} (GPUs)")
+    ax_e.set_ylim(bottom=0)
+    ax_e.legend(loc="upper right", ncols=len(runs))
+    ax_j.set_ylabel(f"Jain's index\nover {w}")
+    ax_j.set_ylim(0, 1.05)
+    ax_j.set_xlabel(f"time ({unit.name})")
+    ax_j.set_xlim(left=0)
+    return fig
+
+
+def _fairness_section(labels: Sequence[str], fc: FairnessComparison, unit: _TimeUnit) -> str:
+    plot = _render(lambda: _plot_fairness(list(zip(labels, fc.runs, strict=True)), unit))
+    rows, classes = [], []
+    for row in fc.rows:
+        rows.append([row.metric.title, *(row.metric.fmt(v) for v in row.values)])
+        classes.append(["", *("best" if i in row.best else "" for i in range(len(row.values)))])
+    note = _fairness_note(fc) + "."
+    return (f'<section><h2>Fairness over time</h2><p class="note">{_e(note)}</p>'
+            + _table(["", *labels], rows, classes)
+            + f'<img class="plot" alt="fair-share error and Jain\'s index over time" src="{plot}"></section>')
 
 
 # --------------------------------------------------------------------------------------------------- HTML
@@ -1560,7 +1728,9 @@ def render_html(result: SimResult) -> str:
         _plot_section(
             "Queues: allocation vs fair share",
             "Each queue's allocated GPUs against its fair share (what the proportion plugin divides to it), "
-            "its deserved quota (dashed, when limited) and what its jobs request." + busiest,
+            "its deserved quota (dashed, when limited) and what its jobs request"
+            + ("; time-based fair share: the usage the division used, as GPUs (the queue's share of the cluster's "
+               "GPUs over the usage window, times the cluster's GPUs)." if result.time_based else ".") + busiest,
             per_queue,
             "per-queue allocation and fair share over time",
         ),
@@ -1571,6 +1741,7 @@ def render_html(result: SimResult) -> str:
             dist,
             "waiting time and JCT distributions",
         ),
+        _fairness_section(["this run"], fc, unit) if (fc := fairness_comparison([result], ["this run"])) else "",
         "<section><h2>Per queue</h2>"
         '<p class="note">GPU figures are time-weighted means over the run.</p>' + _queue_table(queues) + "</section>",
         "<section><h2>Every job accounted for</h2>"
@@ -1585,7 +1756,8 @@ def render_html(result: SimResult) -> str:
         '<p class="note">What this run was made of: run the command line again on a file with the same SHA-256 '
         "for the same result.</p>" + _inputs_html(result) + _config_details(result.config) + "</section>",
         '<footer>Data: <a href="summary.json">summary.json</a> · <a href="samples.csv">samples.csv</a> · '
-        '<a href="queues.csv">queues.csv</a> · <a href="jobs.csv">jobs.csv</a></footer>',
+        '<a href="queues.csv">queues.csv</a> · <a href="jobs.csv">jobs.csv</a>'
+        + (' · <a href="fairness.csv">fairness.csv</a>' if result.time_based else "") + "</footer>",
     ]
     return _page(f"{result.scenario} · kaisched simulation", "\n".join(x for x in body if x))
 
@@ -1641,5 +1813,6 @@ def render_compare_html(results: Sequence[SimResult], labels: Sequence[str], dir
         _plot_section(
             "Queues: allocation vs fair share", "", per_queue, "per-queue allocation and fair share, per run"
         ),
+        _fairness_section(labels, fc, unit) if (fc := fairness_comparison(results, labels)) else "",
     ]
-    return _page(f"{title} · kaisched comparison", "\n".join(body))
+    return _page(f"{title} · kaisched comparison", "\n".join(x for x in body if x))
