@@ -278,3 +278,90 @@ def zipfile_text(data: bytes) -> str:
 
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return archive.read("snapshot.json").decode()
+
+
+# ------------------------------------------------------------------------------ --explain and --diff
+
+ESC = "\x1b"
+
+
+def kai_log(*lines: str) -> str:
+    """A KAI scheduler log as a terminal shows it: zap's console lines with coloured levels."""
+    return "".join(f"2026-01-02T00:00:00.000Z\t{ESC}[34mINFO{ESC}[0m\tframework/statement.go:1\t{line}\n"
+                   for line in lines)
+
+
+def test_diff_of_the_same_decisions(tmp_path: Path) -> None:
+    log = tmp_path / "kai.log"
+    log.write_text(kai_log("Committing operations ...",
+                           "Statement allocated task: <team/train-0> to node: <node-1>",
+                           "Statement allocated task: <team/train-1> to node: <node-0>",
+                           f"Allocating task: {ESC}[1mteam/train-0{ESC}[0m", "Allocating task: team/train-1"))
+    result = replay(tmp_path, K.snapshot(), "--diff", str(log), "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["both:          bind team/train-0 on node-1",
+                                          "both:          bind team/train-1 on node-0",
+                                          "2 the same, 0 on another node, 0 only in KAI's log, 0 only in kaisched's "
+                                          "cycle"]
+
+
+def test_diff_lists_what_only_one_did_and_other_nodes(tmp_path: Path) -> None:
+    log = tmp_path / "kai.log"
+    log.write_text(kai_log("Statement allocated task: <team/train-0> to node: <node-0>",
+                           "Statement evicted task: <team/serve-0> from node: <node-1>",
+                           "Evicting task: team/serve-0", "Allocating task: team/train-0",
+                           "Allocating task: team/train-0"))  # a second statement committing it again
+    result = replay(tmp_path, K.snapshot(), "--diff", str(log), "-o", "json", "-q")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == {
+        "same": [],
+        "differentNode": [{"action": "bind", "pod": "team/train-0", "kaiNode": "node-0", "kaischedNode": "node-1"}],
+        "onlyKai": [{"action": "evict", "pod": "team/serve-0", "node": "node-1"}],
+        "onlyKaisched": [{"action": "bind", "pod": "team/train-1", "node": "node-0"}]}
+    text = replay(tmp_path, K.snapshot(), "--diff", str(log), "-q")
+    assert "other node:    bind team/train-0: KAI node-0, kaisched node-1" in text.stdout
+    assert "only KAI:      evict team/serve-0 from node-1" in text.stdout
+
+
+def test_diff_at_verbosity_4_compares_pods_only(tmp_path: Path) -> None:
+    log = tmp_path / "kai.log"
+    log.write_text(kai_log("Allocating task: team/train-0", "Pipelining task: team/train-1"))
+    result = replay(tmp_path, K.snapshot(), "--diff", str(log), "-o", "yaml", "-q")
+    assert result.exit_code == 1
+    assert "same:\n- action: bind\n  pod: team/train-0\n  node: node-1" in result.stdout
+    assert "onlyKai:\n- action: pipeline\n  pod: team/train-1\n  node: null" in result.stdout
+
+
+def test_diff_with_a_log_without_decisions_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "kai.log"
+    log.write_text("I1201 scheduler started\n")
+    result = replay(tmp_path, K.snapshot(), "--diff", str(log), "-q")
+    assert result.exit_code == 1
+    assert "no 'Allocating task', 'Pipelining task' or 'Evicting task' line in 1 lines" in result.stderr
+    assert "only kaisched: bind team/train-0 on node-1" in result.stdout
+
+
+def test_diff_of_an_unreadable_log_is_exit_2(tmp_path: Path) -> None:
+    log = tmp_path / "kai.log"
+    log.write_bytes(b"\xff\xfe\x00")
+    result = replay(tmp_path, K.snapshot(), "--diff", str(log))
+    assert result.exit_code == 2 and "not a text file" in result.stderr
+
+
+def test_explain_a_pending_pod_of_the_snapshot(tmp_path: Path) -> None:
+    objects = K.cluster()
+    objects["pods"][:2] = [K.pod("train-0", "team-a", 8, group="train"), K.pod("train-1", "team-a", 8, group="train")]
+    result = replay(tmp_path, K.snapshot(objects=objects), "--explain", "train-0", "-n", "team", "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Job:       team/train (")
+    as_json = replay(tmp_path, K.snapshot(objects=objects), "--explain", "train", "-n", "team", "-o", "json", "-q")
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout)["job"] == "team/train"
+    missing = replay(tmp_path, K.snapshot(objects=objects), "--explain", "nope", "-n", "team", "-q")
+    assert missing.exit_code == 1 and "no pod or PodGroup 'nope' in namespace 'team'" in missing.stderr
+
+
+def test_explain_and_diff_together_is_a_usage_error(tmp_path: Path) -> None:
+    log = tmp_path / "kai.log"
+    log.write_text("")
+    result = replay(tmp_path, K.snapshot(), "--explain", "x", "--diff", str(log))
+    assert result.exit_code == 2 and "give one of them" in result.output
