@@ -8,7 +8,7 @@ PIP := $(BIN)/pip --disable-pip-version-check
 # lock.txt for the container image (runtime only)
 DEV_LOCK := requirements/dev.txt
 
-.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz chromium
+.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz chromium prometheus
 
 # The development environment: the locked versions and nothing else, then kaisched itself, editable, with no
 # resolution of its own (hatchling, which builds it, is in the lock too). --no-deps: the lock already holds every
@@ -71,7 +71,11 @@ helm:
 chromium:
 	scripts/chromium.sh build
 
-test: lint typecheck helm chromium unit unit-compiled kube-apiserver
+# Debian's Prometheus server for the time-based fair-share contract test (installed once when missing).
+prometheus:
+	scripts/prometheus.sh build
+
+test: lint typecheck helm chromium unit unit-compiled kube-apiserver prometheus
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/python -m benchmarks.dra --smoke
 	$(BIN)/python -m benchmarks.busy --smoke

@@ -19,6 +19,7 @@ from kaisched.kube import logs
 from kaisched.kube.metrics import LATENCY_BUCKETS_MS, CycleTimings, SchedulerMetrics, timed_cycle
 from kaisched.kube.operations import Bind, ObjectRef
 from kaisched.kube.writer import ClusterWriter
+from kaisched.model.usage import UsageTable
 from tests.unit.test_kube_writer import Cache, RecordingApi, pod, pod_group
 
 NOW = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
@@ -80,6 +81,31 @@ def test_cycle_metrics_have_kai_names_labels_and_units():
     assert s[("kai_queue_allocated_gpus", q)] == 1.5
     assert s[("kai_queue_allocated_cpu_cores", q)] == 2.0
     assert s[("kai_queue_allocated_memory_bytes", q)] == 1e9
+
+
+def test_time_based_fair_share_metrics_capacity_usage_and_staleness():
+    m = SchedulerMetrics()
+    m.record_cycle(CycleResult(queues=[queue_status()], capacity={"gpu": 16.0, "cpu": 64000.0, "memory": 5e11}),
+                   CycleTimings(1.0))
+    m.record_usage(None, NOW)
+    m.usage_fetched(False, 0.25)
+    s = samples(m)
+    assert s[("kai_cluster_capacity_gpus", ())] == 16.0
+    assert s[("kai_cluster_capacity_cpu_cores", ())] == 64.0  # millicores as cores, as queue_allocated_cpu_cores
+    assert s[("kai_cluster_capacity_memory_bytes", ())] == 5e11
+    assert s[("kai_usage_db_data_age_seconds", ())] == -1.0  # no usage: weight-only division
+    assert s[("kai_usage_db_fetches_total", (("result", "error"),))] == 1.0
+    assert s[("kai_usage_query_latency_milliseconds_bucket", (("le", "160.0"),))] == 0.0
+    assert s[("kai_usage_query_latency_milliseconds_bucket", (("le", "320.0"),))] == 1.0
+    fetched = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)
+    m.record_usage(UsageTable({"team-a": (0.24, 0.1, 0.0)}, "prometheus x", fetched, True), NOW)
+    s = samples(m)
+    assert s[("kai_usage_db_data_age_seconds", ())] == 300.0 and s[("kai_usage_db_stale", ())] == 1.0
+    assert s[("kai_queue_gpu_usage", (("queue_name", "team-a"),))] == 0.24
+    assert s[("kai_queue_cpu_usage", (("queue_name", "team-a"),))] == 0.1
+    assert s[("kai_queue_memory_usage", (("queue_name", "team-a"),))] == 0.0
+    m.record_usage(UsageTable({}, "prometheus x", NOW, False), NOW)  # a queue gone from the table: its series too
+    assert not any(name.endswith("_usage") for name, _ in samples(m))
 
 
 def test_exposition_keeps_go_counter_names_and_is_valid_text_format():

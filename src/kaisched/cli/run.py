@@ -118,7 +118,11 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
     options = RunOptions(schedule_period=schedule_period, leader_elect=leader_elect, lease_namespace=lease_namespace,
                          lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
                          retry_period=retry_period, listen_host=host, listen_port=port, max_cycles=max_cycles)
-    scheduler = KubeScheduler(api, config, options)
+    try:
+        scheduler = KubeScheduler(api, config, options)
+    except ConfigError as exc:  # usageDBConfig.connectionStringEnvVar names an unset variable
+        api.close()
+        raise click.UsageError(f"scheduler config: {exc}") from None
     if port is not None:  # the dashboard on the metrics/health port (docs/dashboard.md)
         attach_dashboard(scheduler)
 

@@ -18,12 +18,18 @@ for, from the cycle result's ``scenario_search``), ``scenario_search_action_budg
 ``scenario_search_{action,job,generator}_budget_configured_seconds`` (:meth:`SchedulerMetrics.set_search_budgets`;
 0 = unlimited, as without ``scenarioSearchBudgets``). Queue-controller metrics (the queue controller runs in this
 process): ``queue_info``, ``queue_deserved_gpus``, ``queue_quota_cpu_cores``, ``queue_quota_memory_bytes``,
-``queue_allocated_gpus``, ``queue_allocated_cpu_cores``, ``queue_allocated_memory_bytes``. One metric of
+``queue_allocated_gpus``, ``queue_allocated_cpu_cores``, ``queue_allocated_memory_bytes``.
+Time-based fair share (spec 5.7): KAI's ``usage_query_latency_milliseconds`` and ``queue_gpu_usage``,
+``queue_cpu_usage``, ``queue_memory_usage`` (the usage the last cycle divided with), and kaisched's own
+``usage_db_fetches_total{result}``, ``usage_db_data_age_seconds`` (-1: no usage, weight-only division) and
+``usage_db_stale`` (:meth:`SchedulerMetrics.record_usage`, :meth:`SchedulerMetrics.usage_fetched`), with
+``cluster_capacity_gpus``, ``cluster_capacity_cpu_cores``, ``cluster_capacity_memory_bytes`` (what the queues divided:
+a capacity query where kube-state-metrics is not scraped). One metric of
 kaisched's own, with the same prefix: ``fenced_writes_dropped_total{operation}``, the writes a replica did not send
 because its leadership term was over or its Lease no longer valid with margin
 (:meth:`SchedulerMetrics.fenced_write_dropped`, fed by the writer; ``operation`` is the operation's class:
 ``Bind``, ``Evict``, ``Event``, ...). KAI metrics that
-kaisched has nothing to feed with (usage-DB queries and queue usage, victim-scenario counters and
+kaisched has nothing to feed with (victim-scenario counters and
 ``scenario_search_duration_seconds`` / ``scenario_search_scenarios_total``, preemption attempts, jobs considered
 per action) are not exported.
 """
@@ -214,6 +220,30 @@ class SchedulerMetrics:
                                              "Writes not sent because the replica's lease was no longer held "
                                              "(a plan made under a lease or term that ended)", ["operation"],
                                              namespace=ns, registry=reg)
+        # kaisched's own: the capacity the queues divided (a capacity query for time-based fair share where
+        # kube-state-metrics is not scraped), and the usage source's health and answers (spec 5.7)
+        self.cluster_capacity_gpus = Gauge("cluster_capacity_gpus", "GPUs the queues divided in the last cycle",
+                                           namespace=ns, registry=reg)
+        self.cluster_capacity_cpu = Gauge("cluster_capacity_cpu_cores",
+                                          "CPU cores the queues divided in the last cycle", namespace=ns, registry=reg)
+        self.cluster_capacity_memory = Gauge("cluster_capacity_memory_bytes",
+                                             "Memory bytes the queues divided in the last cycle", namespace=ns,
+                                             registry=reg)
+        self.usage_fetches = Counter("usage_db_fetches", "Usage fetches from the usage database, by result",
+                                     ["result"], namespace=ns, registry=reg)
+        self.usage_query_latency = Histogram("usage_query_latency_milliseconds",
+                                             "Usage database query latency histogram in milliseconds",
+                                             namespace=ns, registry=reg, buckets=LATENCY_BUCKETS_MS)
+        self.usage_age = Gauge("usage_db_data_age_seconds",
+                               "Age of the usage the last cycle divided with (-1: none: weight-only division)",
+                               namespace=ns, registry=reg)
+        self.usage_stale = Gauge("usage_db_stale",
+                                 "1 when the last cycle divided with usage older than stalenessPeriod",
+                                 namespace=ns, registry=reg)
+        self.queue_usage = tuple(
+            Gauge(f"queue_{r}_usage", f"{r.upper() if r != 'memory' else 'Memory'} usage of queue, as a gauge: its "
+                  "share of the cluster's capacity over the usage window", ["queue_name"], namespace=ns, registry=reg)
+            for r in ("gpu", "cpu", "memory"))
         self._queue_gauges = (self.fair_share_cpu, self.fair_share_memory, self.fair_share_gpu, self.queue_info,
                               self.queue_deserved_gpus, self.queue_quota_cpu, self.queue_quota_memory,
                               self.queue_allocated_gpus, self.queue_allocated_cpu, self.queue_allocated_memory)
@@ -221,6 +251,7 @@ class SchedulerMetrics:
         self._counter_names = {f"{ns}_podgroups_scheduled_by_action": f"{ns}_podgroups_scheduled_by_action",
                                f"{ns}_pod_group_evicted_pods": f"{ns}_pod_group_evicted_pods_total",
                                f"{ns}_scenario_search_jobs": f"{ns}_scenario_search_jobs_total",
+                               f"{ns}_usage_db_fetches": f"{ns}_usage_db_fetches_total",
                                f"{ns}_scenario_search_action_budget_exhausted":
                                    f"{ns}_scenario_search_action_budget_exhausted_total"}
         # label children, bound once
@@ -274,6 +305,25 @@ class SchedulerMetrics:
         self.search_job_budget.set(budgets.job_limit() if budgets else 0.0)
         for generator in (BUDGET_DEFAULT, *BUDGET_GENERATORS):
             self.search_generator_budget.labels(generator).set(budgets.generator_limit(generator) if budgets else 0.0)
+
+    def record_usage(self, usage: UsageTable | None, now: datetime) -> None:
+        """The usage a cycle divided with (None: weight only): its age, staleness and each queue's usage."""
+        if usage is None or usage.fetched_at is None:
+            self.usage_age.set(-1.0)
+            self.usage_stale.set(0.0)
+        else:
+            self.usage_age.set(max(0.0, (now - usage.fetched_at).total_seconds()))
+            self.usage_stale.set(1.0 if usage.stale else 0.0)
+        for gauge in self.queue_usage:
+            gauge.clear()
+        for name, vector in (usage.queues.items() if usage is not None else ()):
+            for gauge, value in zip(self.queue_usage, vector, strict=True):
+                gauge.labels(name).set(value)
+
+    def usage_fetched(self, ok: bool, seconds: float) -> None:
+        """One fetch of the usage source (``ok``: it gave a table)."""
+        self.usage_fetches.labels("success" if ok else "error").inc()
+        self.usage_query_latency.observe(seconds * 1000.0)
 
     def observe_bind(self, milliseconds: float) -> None:
         """One bind, from its decision to the API server's answer."""
@@ -337,6 +387,10 @@ class SchedulerMetrics:
             self.search_action_exhausted.labels(action).inc()
 
     def _queues(self, result: CycleResult) -> None:
+        if result.capacity:
+            self.cluster_capacity_gpus.set(result.capacity.get("gpu", 0.0))
+            self.cluster_capacity_cpu.set(result.capacity.get("cpu", 0.0) / 1000.0)
+            self.cluster_capacity_memory.set(result.capacity.get("memory", 0.0))
         seen: set[str] = set()
         for q in result.queues:
             seen.add(q.name)

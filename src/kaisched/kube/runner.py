@@ -71,6 +71,8 @@ from kaisched.kube.resources import (
     dra_kinds,
 )
 from kaisched.kube.writer import ClusterWriter, Failure
+from kaisched.model.usage import UsageTable
+from kaisched.usage.sources import UsageSource, usage_source
 
 log = get_logger("kaisched.kube.runner")
 std_log = logging.getLogger(__name__)
@@ -154,6 +156,9 @@ class KubeScheduler:
         # hooks of the command that runs this scheduler (kaisched run wires the dashboard): called after each
         # cycle with (prepared objects, result, now) on the scheduling thread, and extra routes of the HTTP server
         self.cycle_listeners: list[Callable[[ParsedObjects, CycleResult, datetime], None]] = []
+        # time-based fair share (usageDBConfig): each queue's usage, fetched outside the cycle (None: by weight)
+        self.usage: UsageSource | None = usage_source(
+            config, now=now, on_fetch=lambda report: self.metrics.usage_fetched(report.ok, report.seconds))
         self.http_routes: list[Callable[[str], tuple[int, str, bytes] | None]] = []
         self._stop = threading.Event()
         self._lost = threading.Event()
@@ -164,6 +169,9 @@ class KubeScheduler:
         """Find the DRA version the server serves, start the informers, the health/metrics server and (with
         leader election) the elector."""
         self._start_dra()
+        if self.usage is not None:
+            log.info("time-based fair share", usage_source=self.usage.description)
+            self.usage.start()
         for informer in self.informers.values():
             informer.start()
         if self.options.listen_port is not None:
@@ -234,6 +242,8 @@ class KubeScheduler:
             self.elector.stop()
         for informer in self.informers.values():
             informer.stop()
+        if self.usage is not None:
+            self.usage.stop()
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -277,6 +287,8 @@ class KubeScheduler:
         # tens of seconds: see benchmarks/RESULTS.md)
         self.health.register_loop(CYCLE_LOOP, max(300.0, 10 * o.schedule_period))
         self._writer_for(self._term())
+        if self.usage is not None:  # KAI waits up to waitTimeout for the first usage; then divides by weight only
+            self.usage.wait_ready(stop=self._stop)
         next_at = self._clock()
         while not self._stop.is_set():
             if not self._holds(self._writer_term):  # before each cycle: the term still holds its Lease
@@ -380,7 +392,11 @@ class KubeScheduler:
                                          evictions, _rfc3339(now)), claims)
             prepared = self._group(parsed, now)
             writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now))
-            result, timings = self._cycle(prepared, now)
+            usage = self.usage.table(now) if self.usage is not None else None
+            result, timings = self._cycle(prepared, now, usage)
+            if self.usage is not None:
+                self.usage.after_cycle(now, result)
+                self.metrics.record_usage(usage, now)
             ops = self.planner.plan(result, self.lookup, now, pods_by_group(prepared),
                                     settling=set(placements) | evictions, device_slice=self._device_slices(),
                                     held_devices=held_devices(claims) if result.claims else None)
@@ -401,9 +417,10 @@ class KubeScheduler:
         log_cycle(log, result, time.perf_counter() - start, cycle=self.cycles)
         return result
 
-    def _cycle(self, prepared: ParsedObjects, now: datetime) -> tuple[CycleResult, CycleTimings]:
+    def _cycle(self, prepared: ParsedObjects, now: datetime,
+               usage: UsageTable | None = None) -> tuple[CycleResult, CycleTimings]:
         """The cycle, in Kubernetes mode's snapshot options (the memo knows the DRA objects: cluster/memo.py)."""
-        return timed_cycle(prepared, self.config, now, memo=self.memo, make_template_claims=False)
+        return timed_cycle(prepared, self.config, now, memo=self.memo, make_template_claims=False, usage=usage)
 
     def _device_slices(self) -> Callable[[str, str, str], Mapping[str, Any] | None]:
         """``(driver, pool, device) -> ResourceSlice``, indexed on first use (only allocations whose devices are

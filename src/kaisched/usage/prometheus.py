@@ -5,11 +5,12 @@ What is asked (:func:`usage_queries`), for each resource ``r`` of ``[gpu, cpu, m
 ``C_r`` (``extraParams.<r>CapacityMetric``) and ``decay = 0.5 ^ ((now - time()) / halfLife)`` (left out without a
 half-life):
 
-* **sliding** window: one instant query at ``now`` of ``sum_over_time((max by (queue_name) (A_r) * decay)[W:R])``
-  and of ``sum_over_time((sum(C_r) * decay)[W:R])``, ``W`` the window and ``R`` the query resolution, as KAI asks;
-* **tumbling** and **cron** windows: a range query of ``max by (queue_name) (A_r)`` and of ``sum(C_r)`` from the
-  window's last reset (:meth:`~kaisched.framework.usage_config.UsageParams.reset_time`) to ``now`` every ``R``,
-  summed here with the same decay.
+* one instant query at ``now`` of ``sum_over_time((max by (queue_name) (A_r) * decay)[W:R])`` and of
+  ``sum_over_time((sum(C_r) * decay)[W:R])``, ``R`` the query resolution and ``W`` the window: ``windowSize``
+  (sliding, as KAI asks), or the time since the window's last reset, in whole resolution steps (tumbling and cron,
+  :meth:`~kaisched.framework.usage_config.UsageParams.reset_time`; KAI asks a range query there whose matrix answer
+  its own client rejects, docs/compatibility.md). The subquery samples the window every ``R`` at times aligned to
+  ``R``, the grid of the in-memory history (:mod:`kaisched.usage.history`).
 
 A queue's usage of ``r`` is the first sum over the second (0 when the cluster had none of ``r`` in the window, or
 when the capacity query has no data: a CPU-only cluster has no GPU capacity series). ``max by (queue_name)``: a
@@ -68,30 +69,29 @@ def _decay(params: UsageParams, now: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class UsageQueries:
-    """The PromQL of one fetch: per resource the allocation and the capacity query; ``window`` (start, end, step in
-    seconds) for a range query, None for an instant query at ``at``."""
+    """The PromQL of one fetch: per resource the allocation and the capacity query, both asked at ``at``."""
 
     allocation: tuple[str, str, str]
     capacity: tuple[str, str, str]
     at: float
-    window: tuple[float, float, float] | None
 
 
-def usage_queries(params: UsageParams, now: datetime) -> UsageQueries:
-    """What :func:`fetch_usage` asks Prometheus at ``now`` (see the module's docstring)."""
+def usage_queries(params: UsageParams, now: datetime) -> UsageQueries | None:
+    """What :func:`fetch_usage` asks Prometheus at ``now`` (see the module's docstring); None when the window
+    starts now (a tumbling or cron window that has just reset: nothing was used in it yet)."""
     at = now.astimezone(UTC).timestamp()
-    resolution = params.query_resolution
+    resolution = params.query_resolution.total_seconds()
     if params.window_type == SLIDING:
-        window, step, decay = _seconds(params.window_size), _seconds(resolution), _decay(params, at)
-        alloc = tuple(f"sum_over_time((max by ({QUEUE_LABEL}) ({m}){decay})[{window}:{step}])"
-                      for m in params.allocation_metrics)
-        cap = tuple(f"sum_over_time((sum({m}){decay})[{window}:{step}])" for m in params.capacity_metrics)
-        return UsageQueries((alloc[0], alloc[1], alloc[2]), (cap[0], cap[1], cap[2]), at, None)
-    start = params.reset_time(now).astimezone(UTC).timestamp()
-    alloc = tuple(f"max by ({QUEUE_LABEL}) ({m})" for m in params.allocation_metrics)
-    cap = tuple(f"sum({m})" for m in params.capacity_metrics)
-    return UsageQueries((alloc[0], alloc[1], alloc[2]), (cap[0], cap[1], cap[2]), at,
-                        (start, at, max(1.0, resolution.total_seconds())))
+        span = params.window_size.total_seconds()
+    else:
+        span = math.floor((at - params.reset_time(now).astimezone(UTC).timestamp()) / resolution) * resolution
+        if span <= 0:
+            return None
+    window, step, decay = _seconds(timedelta(seconds=span)), _seconds(timedelta(seconds=resolution)), _decay(params, at)
+    alloc = tuple(f"sum_over_time((max by ({QUEUE_LABEL}) ({m}){decay})[{window}:{step}])"
+                  for m in params.allocation_metrics)
+    cap = tuple(f"sum_over_time((sum({m}){decay})[{window}:{step}])" for m in params.capacity_metrics)
+    return UsageQueries((alloc[0], alloc[1], alloc[2]), (cap[0], cap[1], cap[2]), at)
 
 
 class PrometheusAPI:
@@ -140,32 +140,10 @@ class PrometheusAPI:
                                   f"got {data.get('resultType')!r}")
         return [(_labels(s), _number(s.get("value"), query)) for s in data["result"] if isinstance(s, dict)]
 
-    def range(self, query: str, start: float, end: float, step: float) -> list[tuple[dict[str, str],
-                                                                                    list[tuple[float, float]]]]:
-        """A range query's matrix: ``(labels, [(time, value), ...])`` per series."""
-        data = self._get("/api/v1/query_range", {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}"})
-        if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-            raise UsageFetchError(f"Prometheus at {self.url}: expected a matrix for {query!r}, "
-                                  f"got {data.get('resultType')!r}")
-        out = []
-        for s in data["result"]:
-            if not isinstance(s, dict) or not isinstance(s.get("values"), list):
-                continue
-            points = [(_time(p, query), _number(p, query)) for p in s["values"]]
-            out.append((_labels(s), points))
-        return out
-
 
 def _labels(series: Mapping[str, Any]) -> dict[str, str]:
     metric = series.get("metric")
     return {str(k): str(v) for k, v in metric.items()} if isinstance(metric, dict) else {}
-
-
-def _time(point: object, query: str) -> float:
-    if not isinstance(point, list) or len(point) != 2 or not isinstance(point[0], int | float):
-        raise UsageFetchError(f"a sample of {query!r} is not [time, value]: {point!r}")
-    return float(point[0])
 
 
 def _number(point: object, query: str) -> float:
@@ -184,35 +162,18 @@ def fetch_usage(url: str, params: UsageParams, now: datetime, *, api: Prometheus
     queries = usage_queries(params, now)
     used: dict[str, list[float]] = {}
     capacity = [0.0, 0.0, 0.0]
-    half_life = params.half_life.total_seconds() if params.half_life is not None else None
-    for r in range(3):
-        if queries.window is None:
-            for labels, value in prom.instant(queries.allocation[r], queries.at):
-                name = labels.get(QUEUE_LABEL)
-                if name:
-                    used.setdefault(name, [0.0, 0.0, 0.0])[r] += value
-            capacity[r] = sum(v for _, v in prom.instant(queries.capacity[r], queries.at))
-            continue
-        start, end, step = queries.window
-        if end <= start:  # the window starts now: nothing used yet
-            continue
-        for labels, points in prom.range(queries.allocation[r], start, end, step):
+    for r in range(3 if queries is not None else 0):  # a window that starts now: nothing used in it yet
+        assert queries is not None
+        for labels, value in prom.instant(queries.allocation[r], queries.at):
             name = labels.get(QUEUE_LABEL)
             if name:
-                used.setdefault(name, [0.0, 0.0, 0.0])[r] += _decayed(points, end, half_life)
-        capacity[r] = sum(_decayed(points, end, half_life) for _, points in
-                          prom.range(queries.capacity[r], start, end, step))
+                used.setdefault(name, [0.0, 0.0, 0.0])[r] += value
+        capacity[r] = math.fsum(v for _, v in prom.instant(queries.capacity[r], queries.at))
     table: dict[str, UsageVector] = {}
     for name in sorted(used):
         u = [used[name][r] / capacity[r] if capacity[r] > 0 else 0.0 for r in range(3)]
         table[name] = (u[0], u[1], u[2])
     return UsageTable(table, f"prometheus {prom.url}", now, False)
-
-
-def _decayed(points: list[tuple[float, float]], now: float, half_life: float | None) -> float:
-    if half_life is None:
-        return math.fsum(v for _, v in points)
-    return math.fsum(v * 0.5 ** ((now - t) / half_life) for t, v in points)
 
 
 @dataclass(frozen=True, slots=True)
