@@ -9,6 +9,7 @@ import click
 
 from kaisched.cli.dashboard import dashboard_command
 from kaisched.cli.explain import explain_command
+from kaisched.cli.from_kai import from_kai_command
 from kaisched.cli.get import get_command
 from kaisched.cli.replay import replay_command
 from kaisched.cli.run import run_command
@@ -39,6 +40,7 @@ def cli() -> None:
 
 cli.add_command(dashboard_command)
 cli.add_command(explain_command)
+cli.add_command(from_kai_command)
 cli.add_command(get_command)
 cli.add_command(replay_command)
 cli.add_command(run_command)
