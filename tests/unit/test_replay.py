@@ -4,7 +4,7 @@ the node-pool partition, what kaisched does not use listed, and unreadable snaps
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -245,7 +245,6 @@ def test_a_go_encoder_newline_and_case_folded_partition_fields_are_read() -> Non
 
 
 def test_a_snapshot_written_by_kaisched_replays_with_the_same_decisions(tmp_path: Path) -> None:
-    from datetime import UTC, datetime
 
     from kaisched.cluster.replay import snapshot_zip
     from kaisched.cluster.schedule import run_prepared_cycle
@@ -365,3 +364,28 @@ def test_explain_and_diff_together_is_a_usage_error(tmp_path: Path) -> None:
     log.write_text("")
     result = replay(tmp_path, K.snapshot(), "--explain", "x", "--diff", str(log))
     assert result.exit_code == 2 and "give one of them" in result.output
+
+
+def test_kais_reservation_pods_hold_nothing_twice(tmp_path: Path) -> None:
+    """A shared GPU as KAI's binder leaves it: two half-GPU pods in GPU group g-1 and the group's reservation pod
+    (one whole GPU, in kai-resource-reservation): the device is held once, by its group."""
+    objects = K.cluster()
+    objects["pods"] = [p for p in objects["pods"] if p["metadata"]["name"] != "serve-0"]
+    for name in ("half-a", "half-b"):
+        half = K.pod(name, "team-b", 0, group="serve", node_name="node-1", phase="Running")
+        del half["spec"]["containers"][0]["resources"]["limits"]
+        half["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1", "memory": "1Gi"}
+        half["metadata"]["annotations"]["gpu-fraction"] = "0.5"
+        half["metadata"]["labels"]["runai-gpu-group"] = "g-1"
+        objects["pods"].append(half)
+    reservation = K.pod("gpu-reservation-node-1", "team-b", 1, group=None, node_name="node-1", phase="Running")
+    reservation["metadata"].update(namespace="kai-resource-reservation",
+                                   labels={"app": "kai-resource-reservation", "runai-gpu-group": "g-1"})
+    objects["pods"].append(reservation)
+    rp = load_replay(write(tmp_path, K.snapshot(objects=objects)))
+    assert not any("pod-group-name" in w for w in rp.warnings)
+    result = run_replay(rp, datetime(2026, 1, 2, tzinfo=UTC))
+    assert not result.errors
+    assert {b.pod: b.node for b in result.binds} == {"team/train-0": "node-1", "team/train-1": "node-0"}
+    node1 = next(n for n in result.nodes if n.name == "node-1")
+    assert node1.idle == 3  # 8 GPUs: g-1 holds one (not two: the reservation pod is not counted), train-0 four

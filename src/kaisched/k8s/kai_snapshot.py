@@ -528,7 +528,9 @@ def to_objects(snap: KaiSnapshot, scheduler_name: str) -> ParsedObjects:
             seen_uids.add(str(uid))
         node = spec.get("nodeName") or ""
         phase = status.get("phase")
-        ours = spec.get("schedulerName") == scheduler_name
+        reservation = ns in (C.RESERVATION_NAMESPACE, C.LEGACY_RESERVATION_NAMESPACE) or (
+            _sub(meta, "labels").get("app") == C.RESERVATION_APP_LABEL_VALUE)
+        ours = spec.get("schedulerName") == scheduler_name and not reservation  # the binder's pods: in no job
         group = _sub(meta, "annotations").get(C.POD_GROUP_NAME_ANNOTATION)
         meta.pop("ownerReferences", None)  # no workload controllers in a snapshot: nothing to group by
         if not phase:
