@@ -245,7 +245,6 @@ def test_a_go_encoder_newline_and_case_folded_partition_fields_are_read() -> Non
 
 
 def test_a_snapshot_written_by_kaisched_replays_with_the_same_decisions(tmp_path: Path) -> None:
-
     from kaisched.cluster.replay import snapshot_zip
     from kaisched.cluster.schedule import run_prepared_cycle
     from kaisched.framework.config import SchedulerConfig

@@ -26,9 +26,6 @@ Examples:
 
 SHARD_KIND: Final = "SchedulingShard"
 CONFIG_KIND: Final = "Config"
-KAI_CONFIG_NAME: Final = "kai-config"
-SHARDS_PATH: Final = "/apis/kai.scheduler/v1/schedulingshards"
-CONFIGS_PATH: Final = "/apis/kai.scheduler/v1/configs"
 #: KAI components kaisched has no counterpart of: their values are listed, not mapped
 NO_COUNTERPART: Final = {
     "operator": "kaisched has no operator (its chart and ConfigMap configure it)",
@@ -161,25 +158,19 @@ def _live(kubeconfig: str, context: str | None, shard: str,
     """The SchedulingShard and the kai-config Config of a cluster (None: not there)."""
     from kaisched.kube.api import ApiError
     from kaisched.kube.client import KubeClient, KubeConfigError
+    from kaisched.kube.kai_objects import read_kai_objects
 
     try:
         api = KubeClient.from_env(kubeconfig, context, limits=limits)
     except (KubeConfigError, OSError) as exc:
         raise click.UsageError(f"kubeconfig: {exc}") from None
-    found: list[Mapping[str, Any] | None] = []
     try:
-        for path in (f"{SHARDS_PATH}/{shard}", f"{CONFIGS_PATH}/{KAI_CONFIG_NAME}"):
-            try:
-                body = api.request("GET", path).body
-                found.append(body if isinstance(body, Mapping) else None)
-            except ApiError as exc:
-                if exc.status != 404:
-                    click.echo(f"kaisched from-kai: GET {path}: {exc}", err=True)
-                    sys.exit(1)
-                found.append(None)
+        return read_kai_objects(api, shard)
+    except ApiError as exc:
+        click.echo(f"kaisched from-kai: reading KAI's SchedulingShard {shard!r} and Config: {exc}", err=True)
+        sys.exit(1)
     finally:
         api.close()
-    return found[0], found[1]
 
 
 def _implemented_only(mapping: dict[str, Any], notes: list[str]) -> None:
@@ -241,7 +232,7 @@ def from_kai_command(values_path: str | None, paths: tuple[str, ...], kubeconfig
         config_obj: Mapping[str, Any] | None = None
         if paths:
             docs = _documents(paths, limits)
-            shard_obj, config_obj = _named(docs, SHARD_KIND, shard), _named(docs, CONFIG_KIND, KAI_CONFIG_NAME)
+            shard_obj, config_obj = _named(docs, SHARD_KIND, shard), _named(docs, CONFIG_KIND, "kai-config")
             if shard_obj is None:
                 raise FromKaiError(f"{', '.join(paths)}: no SchedulingShard named {shard!r}")
         elif kubeconfig is not None:

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from kaisched.cluster.schedule import resolve_config
 from kaisched.framework.config import ConfigError, SchedulerConfig
 from kaisched.k8s.loader import MAX_INPUT_BYTES_ENV
 from kaisched.k8s.quantity import parse_duration
+
+if TYPE_CHECKING:
+    from kaisched.kube.client import KubeClient
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
@@ -51,6 +55,45 @@ def _listen(value: str) -> tuple[str, int | None]:
     return host or "0.0.0.0", int(port)
 
 
+def _shard_config(api: KubeClient, shard: str, fallback: SchedulerConfig) -> SchedulerConfig:
+    """The configuration KAI's operator renders from SchedulingShard ``shard`` (docs/migrating-from-kai.md), or
+    ``fallback`` when the cluster has no such shard or may not be asked (403, logged). A shard kaisched cannot use
+    is a usage error; a cluster that cannot be asked, exit status 1 (never a silent fallback)."""
+    from kaisched.cli.from_kai import _implemented_only
+    from kaisched.kube.api import ApiError
+    from kaisched.kube.kai_objects import shard_from_cluster
+    from kaisched.kube.logs import get_logger
+
+    log = get_logger("kaisched.cli.run")
+    try:
+        rendered = shard_from_cluster(api, shard)
+    except ApiError as exc:
+        if exc.status == 403:
+            log.warning("KAI's SchedulingShard may not be read: KAI's default configuration", shard=shard,
+                        error=str(exc))
+            return fallback
+        api.close()
+        click.echo(f"kaisched run: reading KAI's SchedulingShard {shard!r}: {exc} (give --config, or --shard '' "
+                   "not to look)", err=True)
+        sys.exit(1)
+    except ConfigError as exc:
+        api.close()
+        raise click.UsageError(str(exc)) from None
+    if rendered is None:
+        return fallback
+    notes = list(rendered.notes)
+    _implemented_only(rendered.mapping, notes)
+    for note in notes:
+        log.warning(note)
+    try:
+        config = resolve_config(rendered.config())
+    except ConfigError as exc:
+        api.close()
+        raise click.UsageError(f"SchedulingShard {shard}: {exc}") from None
+    log.info("configuration from KAI's SchedulingShard", shard=shard, actions=", ".join(config.actions))
+    return config
+
+
 @click.command("run", epilog=EXAMPLES)
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
               help="kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config).")
@@ -72,6 +115,9 @@ def _listen(value: str) -> tuple[str, int | None]:
               callback=_duration, help="Time between tries to acquire or renew the Lease.")
 @click.option("--listen-address", default=":8080", show_default=True,
               help="Where /metrics, /healthz and /readyz are served (HOST:PORT, :PORT, or off).")
+@click.option("--shard", default="default", show_default=True,
+              help="Without --config: the configuration KAI's operator renders from this SchedulingShard (and the "
+                   "kai-config Config) when the cluster still has it, else KAI's defaults; '' to not look.")
 @click.option("--plugin-server-address", default="127.0.0.1:8081", show_default=True,
               help="Where KAI's plugin endpoint GET /get-snapshot is served when the configuration has the snapshot "
                    "plugin (HOST:PORT, :PORT, or off); a port in use is logged, not fatal.")
@@ -84,7 +130,7 @@ def _listen(value: str) -> tuple[str, int | None]:
 def run_command(kubeconfig: str | None, context: str | None, config_path: str | None,
                 schedule_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
                 lease_duration: float, renew_deadline: float, retry_period: float, listen_address: str,
-                plugin_server_address: str, log_level: str, max_input_bytes: str | None,
+                shard: str, plugin_server_address: str, log_level: str, max_input_bytes: str | None,
                 max_cycles: int | None) -> None:
     """Schedule every pod with schedulerName kai-scheduler in the cluster, as KAI's scheduler does.
 
@@ -115,6 +161,8 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
         api = KubeClient.from_env(kubeconfig, context, limits=limits)
     except (KubeConfigError, OSError) as exc:
         raise click.UsageError(f"kubeconfig: {exc}") from None
+    if config_path is None and shard:
+        config = _shard_config(api, shard, config)
     options = RunOptions(schedule_period=schedule_period, leader_elect=leader_elect, lease_namespace=lease_namespace,
                          lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
                          retry_period=retry_period, listen_host=host, listen_port=port, max_cycles=max_cycles)
