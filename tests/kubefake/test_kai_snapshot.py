@@ -133,6 +133,9 @@ def test_the_snapshot_is_in_kais_format(server: FakeApiServer, make_scheduler: A
     assert {"name": "nodeplacement", "arguments": {"gpu": "spread", "cpu": "binpack"}} in \
         doc["config"]["tiers"][0]["plugins"]
     assert doc["kaisched"]["params"] == {"max-evicted-gpus-ratio": 2.0}  # no KAI field for it
+    version = doc["discovery"]["serverVersion"]
+    assert version["gitVersion"] and load_snapshot(body).server_version == version["gitVersion"]
+    assert "resources" not in doc["discovery"]  # the fake server serves no resource.k8s.io
 
 
 def test_the_plugin_server_serves_the_snapshot_only(server: FakeApiServer, make_scheduler: Any) -> None:
@@ -168,3 +171,29 @@ def test_the_address_is_configurable_and_a_busy_port_is_not_fatal(server: FakeAp
 def test_run_refuses_a_bad_plugin_server_address() -> None:
     result = CliRunner().invoke(cli, ["run", "--plugin-server-address", "nope"])
     assert result.exit_code == 2 and "--plugin-server-address" in result.output
+
+
+def test_a_dra_cluster_says_so_in_the_discovery() -> None:
+    """KAI's snapshot-tool turns DRA on from the resource.k8s.io resources of the snapshot's discovery."""
+    from tests.kubefake.test_dra_runner import dra_resources
+
+    srv = FakeApiServer(bookmark_interval=0.2)
+    for res in dra_resources("v1"):
+        srv.register(res)
+    srv.start()
+    client = KubeClient.from_url(srv.url, timeout=5.0, trust_env=False)
+    sched = KubeScheduler(client, SchedulerConfig(), RunOptions(listen_port=None, dra_version="v1"))
+    try:
+        sched.start()
+        assert sched.wait_synced(10.0)
+        with plugin_server(sched, "127.0.0.1", 0).start() as plugin:
+            _, _, body = get(f"{plugin.url}{PATH}")
+    finally:
+        sched.close()
+        client.close()
+        srv.stop()
+    with zipfile.ZipFile(BytesIO(body)) as archive:
+        doc = json.loads(archive.read("snapshot.json"))
+    (resources,) = doc["discovery"]["resources"]
+    assert resources["groupVersion"] == "resource.k8s.io/v1"
+    assert {r["name"] for r in resources["resources"]} == {"resourceclaims", "resourceslices", "deviceclasses"}

@@ -182,18 +182,14 @@ def kaisched_only_params(params: SchedulerParams) -> dict[str, Any]:
 
 
 def snapshot_zip(config: SchedulerConfig, raw_objects: Mapping[str, Sequence[Mapping[str, Any]]], now: datetime, *,
-                 schedule_period: float | None = None, server_version: str = "") -> bytes:
+                 schedule_period: float | None = None, discovery: Mapping[str, Any] | None = None) -> bytes:
     """kaisched's state as KAI's snapshot ZIP: the configuration and params in KAI's format, the raw objects by
-    rawObjects key, and (in kaisched's own key) the capture time and the parameters KAI has no field for."""
+    rawObjects key, ``discovery`` (``serverVersion``, ``resources``: what KAI's tool fakes the server's discovery
+    with), and (in kaisched's own key) the capture time and the parameters KAI has no field for."""
     own: dict[str, Any] = {"capturedAt": now.astimezone(UTC).isoformat().replace("+00:00", "Z")}
     extra = kaisched_only_params(config.params)
     if extra:
         own["params"] = extra
-    discovery = None
-    if server_version:
-        major, _, minor = server_version.lstrip("v").partition(".")
-        discovery = {"serverVersion": {"major": major, "minor": minor.partition(".")[0],
-                                       "gitVersion": server_version}}
     return write_snapshot(kai_config_document(config), kai_scheduler_params(config.params,
                                                                              schedule_period=schedule_period),
                           raw_objects, discovery=discovery, kaisched=own)

@@ -63,10 +63,36 @@ def raw_objects(scheduler: KubeScheduler) -> dict[str, list[Mapping[str, Any]]]:
     return out
 
 
+#: the DRA resources KAI's snapshot-tool looks for in the discovery it fakes (DRA is on when they are served)
+DRA_RESOURCES: Final = (("resourceclaims", "ResourceClaim", True), ("resourceslices", "ResourceSlice", False),
+                        ("deviceclasses", "DeviceClass", False))
+
+
+def discovery(scheduler: KubeScheduler) -> dict[str, Any]:
+    """``discovery`` of the snapshot: the server's version (``GET /version``, left out when it cannot be asked) and,
+    when the server serves DRA, its ``resource.k8s.io`` resources (KAI's tool turns DRA on from them)."""
+    from kaisched.kube.api import ApiError
+
+    out: dict[str, Any] = {}
+    try:
+        version = scheduler.api.request("GET", "/version").body
+    except ApiError:
+        version = None
+    if isinstance(version, Mapping):
+        out["serverVersion"] = {k: version[k] for k in ("major", "minor", "gitVersion", "gitCommit", "platform")
+                                if isinstance(version.get(k), str)}
+    if scheduler.dra_version:
+        out["resources"] = [{
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"resource.k8s.io/{scheduler.dra_version}",
+            "resources": [{"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
+                           "verbs": ["get", "list", "watch"]} for name, kind, namespaced in DRA_RESOURCES]}]
+    return out
+
+
 def capture(scheduler: KubeScheduler, now: datetime | None = None) -> bytes:
     """The scheduler's state now, as KAI's snapshot ZIP."""
     return snapshot_zip(scheduler.config, raw_objects(scheduler), now or datetime.now(UTC),
-                        schedule_period=scheduler.options.schedule_period)
+                        schedule_period=scheduler.options.schedule_period, discovery=discovery(scheduler) or None)
 
 
 def snapshot_route(scheduler: KubeScheduler) -> Route:
