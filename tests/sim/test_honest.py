@@ -68,9 +68,13 @@ def test_waiting_times_count_the_jobs_still_waiting_as_a_lower_bound(tmp_path: P
     assert data["outcomes"] == {"completed": 1, "running": 3, "evicted": 2, "never started": 1, "dropped": 0}
     page = (tmp_path / "report.html").read_text()
     assert "≥ 2.1s" in page and "Every job accounted for" in page
-    rows = (tmp_path / "jobs.csv").read_text().splitlines()
-    assert rows[0].endswith(",outcome,reason")
-    assert sorted(r.split(",")[-2] for r in rows[1:]) == sorted(j.outcome for j in result.jobs)
+    rows = [r.split(",") for r in (tmp_path / "jobs.csv").read_text().splitlines()]
+    at = rows[0].index("outcome")
+    assert rows[0][at:at + 4] == ["outcome", "reason", "pending", "last_reason"]
+    assert sorted(r[at] for r in rows[1:]) == sorted(j.outcome for j in result.jobs)
+    # c still waits at the end: its 5 s count as pending, under the reason it waits for
+    c = next(r for r in rows[1:] if r[0].endswith("/c"))
+    assert float(c[at + 2]) == 5.0 and float(c[rows[0].index(f"pending:{c[at + 3]}")]) == 5.0
 
 
 def _summary(jobs: int, completed: int, makespan: float, jct: float) -> Summary:

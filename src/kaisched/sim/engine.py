@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc, prepare, 
 from kaisched.cluster.store import EmbeddedCluster, annotated_pod_group, bound_pod, evicted_pod
 from kaisched.cluster.workloads import PodLimit
 from kaisched.framework.config import SchedulerConfig
-from kaisched.framework.result import CycleResult
+from kaisched.framework.result import REASON_CODES, CycleResult
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
 from kaisched.k8s.parse import parse_objects
@@ -62,6 +63,7 @@ from kaisched.model.pod_facts import pod_facts
 from kaisched.sim.fairness import long_run_shares
 from kaisched.sim.metrics import summarize
 from kaisched.sim.model import (
+    AWAITING_CYCLE,
     COMPLETED,
     DROPPED,
     EVICTED_PENDING,
@@ -129,6 +131,8 @@ class _Job:
     run: int = 0  # bumped on every (re)start, so stale completions are ignored
     done: bool = False
     key: str = ""
+    waiting_for: str = ""  # while it waits: the reason it waits for ("" while it runs, or never could wait)
+    waiting_since: float = 0.0  # since when it waits for that reason
 
 
 def _key(namespace: str, name: str) -> str:
@@ -232,6 +236,7 @@ class Simulator:
         end = min(last, until) if until != math.inf else last
         for job in self.jobs.values():
             job.record.outcome = _outcome(job)
+            _stop_waiting(job, end)  # (a job still waiting at the end waited up to it)
         if self.progress is not None:
             self._report(end, True)
         records = [j.record for j in self.jobs.values()]
@@ -289,6 +294,8 @@ class Simulator:
             job.record.gpus = sum(self.gpus_of_pod[k] for k in job.pods)
         key = f"{a.name}#{len(self.jobs)}"
         job.key = key
+        if job.groups:  # (a job with no PodGroup can never start: it is dropped, it does not wait)
+            _wait_for(job, AWAITING_CYCLE, t)
         self.jobs[key] = job
         self.active[key] = job
         self.dirty = True
@@ -368,6 +375,7 @@ class Simulator:
                            [cap.get("gpu", 0.0), cap.get("cpu", 0.0), cap.get("memory", 0.0)])
         self._apply(result, t)
         self._update_jobs(t)
+        self._record_reasons(result, t)
         self.samples.append(self._sample(result, t))
         if self.observer is not None:
             self.observer(t, result)
@@ -385,6 +393,7 @@ class Simulator:
                 job.record.lost_gpu_seconds += (t - job.run_start) * job.record.gpus
                 job.run_start = None
                 job.run += 1
+                _wait_for(job, AWAITING_CYCLE, t)  # (until a cycle says why it waits: this one may, below)
         self.cluster.apply(result, EPOCH + timedelta(seconds=t))
 
     def _update_jobs(self, t: float) -> None:
@@ -402,10 +411,33 @@ class Simulator:
             if all(running.get(g, 0) >= max(self.groups[g].min_member, 1) for g in job.groups if g in self.groups):
                 job.run_start = t
                 job.run += 1
+                _stop_waiting(job, t)
                 if job.record.start is None:
                     job.record.start = t
                 if job.record.duration != math.inf:
                     self._push(t + job.record.duration, COMPLETION, (job, job.run))
+
+    def _record_reasons(self, result: CycleResult, t: float) -> None:
+        """Each waiting job's reason from this cycle's PodGroup statuses (the code of its PodGroup's pending reason;
+        of several PodGroups, the first in the order of the tiers), recorded only when it changes: a job the cycle
+        gives no code keeps the reason it had."""
+        codes: dict[str, str] = {}  # job key -> its code in this cycle
+        job_of_group = self.job_of_group
+        for g in result.pod_groups:
+            code = g.code
+            if code is None:
+                continue
+            job = job_of_group.get(g.name)
+            if job is None or job.run_start is not None or job.done:
+                continue
+            was = codes.get(job.key)
+            if was is None or _TIER_ORDER.get(code, len(_TIER_ORDER)) < _TIER_ORDER.get(was, len(_TIER_ORDER)):
+                codes[job.key] = code
+        active = self.active
+        for key, code in codes.items():
+            job = active.get(key)
+            if job is not None and job.waiting_for != code:
+                _wait_for(job, code, t)
 
     def _light_sample(self, t: float) -> Sample:
         """The last sample with the GPUs of the jobs that finished since given back (no cycle ran)."""
@@ -461,20 +493,48 @@ def kaisched_version() -> str:
 
 def run_inputs(scenario: Scenario) -> dict[str, object]:
     """What a run was made of, for its report: the scenario file and the SHA-256 of its content (as read), that
-    content, the seed, the period and end, the scheduler configuration's source and kaisched's version (the
-    command line is added by ``kaisched simulate``)."""
+    content, the seed, the period and end, the scheduler configuration's source and the SHA-256 of it as canonical
+    JSON (sorted keys; None for KAI's defaults) and kaisched's version (the command line is added by
+    ``kaisched simulate``)."""
     text = scenario.text
+    config = scenario.config
+    canonical = None if config is None else json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return {
         "scenario": scenario.name,
         "scenario_path": scenario.path,
         "scenario_sha256": None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "scenario_text": text,
+        "config_source": scenario.config_source or ("KAI's defaults" if config is None else "given in code"),
+        "config_sha256": None if canonical is None else hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
         "seed": scenario.seed,
         "period": scenario.period,
         "until": scenario.until,
         "jobs": len(scenario.arrivals) + len(scenario.dropped),
         "kaisched_version": kaisched_version(),
     }
+
+
+_TIER_ORDER = {code: i for i, code in enumerate(REASON_CODES)}
+
+
+def _stop_waiting(job: _Job, t: float) -> None:
+    """The job no longer waits from ``t`` on: the time since its reason began is counted under that reason."""
+    reason = job.waiting_for
+    if not reason:
+        return
+    spent = t - job.waiting_since
+    if spent > 0:
+        by = job.record.pending_by_reason
+        by[reason] = by.get(reason, 0.0) + spent
+        job.record.last_reason = reason
+    job.waiting_for = ""
+
+
+def _wait_for(job: _Job, reason: str, t: float) -> None:
+    """The job waits for ``reason`` from ``t`` on (the time spent on the reason before is counted)."""
+    _stop_waiting(job, t)
+    job.waiting_for = reason
+    job.waiting_since = t
 
 
 def _outcome(job: _Job) -> str:

@@ -12,11 +12,16 @@ jobs' waiting and completion times.
   end counts with its wait so far (to the end of the run), so while any job still waits the figures are lower
   bounds (``Summary.wait_censored`` says how many). Dropped jobs (they could never start) are left out.
 * JCT: arrival to completion, over the completed jobs only.
+* Where the waiting went (:func:`pending_by_reason`): each job's pending time per reason (the cycles' reason codes,
+  ``JobRecord.pending_by_reason``) summed over jobs, as job-seconds and as GPU-seconds (the job's GPUs times the
+  time), with the jobs that waited for each reason; the reasons' job-seconds sum to the jobs' pending time.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,6 +30,7 @@ from kaisched.sim.model import (
     DROPPED,
     EVICTED_PENDING,
     NEVER_STARTED,
+    PENDING_REASONS,
     RUNNING,
     JobRecord,
     Sample,
@@ -117,3 +123,28 @@ def summarize(samples: list[Sample], jobs: list[JobRecord], end: float, cycles: 
         wait_censored=sum(1 for j, o in zip(jobs, outcomes, strict=True)
                           if j.start is None and o != DROPPED),
     )
+
+
+@dataclass(slots=True)
+class ReasonTime:
+    """The time jobs spent pending for one reason."""
+
+    seconds: float = 0.0  # job-seconds
+    gpu_seconds: float = 0.0  # the waiting jobs' GPUs x seconds
+    jobs: int = 0  # jobs that waited for it at some time
+
+
+def pending_by_reason(jobs: Iterable[JobRecord]) -> dict[str, ReasonTime]:
+    """Reason -> the time the jobs spent pending for it, in the order of the tiers (PENDING_REASONS; reasons no job
+    waited for are left out)."""
+    out: dict[str, ReasonTime] = {}
+    for j in jobs:
+        for reason, seconds in j.pending_by_reason.items():
+            rt = out.get(reason)
+            if rt is None:
+                rt = out[reason] = ReasonTime()
+            rt.seconds += seconds
+            rt.gpu_seconds += seconds * j.gpus
+            rt.jobs += 1
+    order = {r: i for i, r in enumerate(PENDING_REASONS)}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))

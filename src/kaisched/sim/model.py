@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaisched.cluster.workloads.base import MAX_PODS
+from kaisched.framework.result import REASON_CODES, REASON_TIERS
 
 Obj = dict[str, Any]
 
@@ -50,6 +51,9 @@ class Scenario:
     dropped: list[tuple[Arrival, str]] = field(default_factory=list)
     #: the most pods the workload controllers make for one arrival (the scenario's ``limits.pods``)
     max_pods: int = MAX_PODS
+    #: where the scheduler configuration came from (``config_file: <path>``, or the scenario's own ``config``);
+    #: "" for KAI's defaults, or a configuration given in code
+    config_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,10 @@ class JobRecord:
     lost_gpu_seconds: float = 0.0  # work thrown away by evictions (GPUs x seconds run before)
     outcome: str = ""  # at the end of the run: one of OUTCOMES ("" while it runs)
     reason: str = ""  # why it was dropped
+    #: seconds pending per reason (PENDING_REASONS: the cycles' reason codes, and AWAITING_CYCLE), over every
+    #: time it waited (before its first start and after each eviction; to the end of the run if it still waits)
+    pending_by_reason: dict[str, float] = field(default_factory=dict)
+    last_reason: str = ""  # the last reason it spent time pending for ("" if it never waited)
 
     @property
     def wait(self) -> float | None:
@@ -101,6 +109,20 @@ class JobRecord:
     def jct(self) -> float | None:
         """Job completion time: from arrival to the end."""
         return None if self.end is None else self.end - self.arrival
+
+    @property
+    def pending(self) -> float:
+        """Seconds pending in all, over every reason."""
+        return sum(self.pending_by_reason.values())
+
+
+#: the reason of a job's wait before a cycle looked at it: from its arrival, or its eviction, to the next cycle that
+#: gave it a reason code (not one of kaisched's codes: the simulator's own)
+AWAITING_CYCLE = "awaiting-cycle"
+#: every reason a simulated job's pending time is counted under, in the order of the tiers
+PENDING_REASONS: tuple[str, ...] = (*REASON_CODES, AWAITING_CYCLE)
+#: each reason's tier, as a sentence starts
+PENDING_TIERS: dict[str, str] = {**REASON_TIERS, AWAITING_CYCLE: "Not yet looked at by a cycle"}
 
 
 #: what became of a job by the end of the run (every job has exactly one)

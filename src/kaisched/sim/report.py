@@ -7,11 +7,14 @@
   the jobs (``outcomes``: they sum to ``jobs``), the run's ``inputs`` and per-queue figures;
 * ``samples.csv``: one row per scheduling cycle (cluster GPUs, allocation ratio, fragmentation, job counts);
 * ``queues.csv``: one row per cycle and queue (allocated, fair share, deserved (-1: unlimited), requested);
-* ``jobs.csv``: one row per job (arrival, start, end, wait, JCT, evictions, GPU-seconds lost, outcome, reason);
+* ``jobs.csv``: one row per job (arrival, start, end, wait, JCT, evictions, GPU-seconds lost, outcome, reason),
+  then its time pending in all, the reason it last waited for and its time pending per reason (``pending:<code>``,
+  one column per reason of :data:`~kaisched.sim.model.PENDING_REASONS`);
 * ``report.html``: one page with no outside references (the plots are embedded PNG images): the key figures,
   GPU utilisation over time (fragmentation aggregated per interval: :func:`fragmentation_intervals`), per-queue
-  allocation against fair share, the distributions of waiting time and JCT, a per-queue table, every job
-  accounted for, the jobs worth a look (each list says how much of it is shown) and the run's inputs.
+  allocation against fair share, the distributions of waiting time and JCT, a per-queue table, where the waiting
+  went (time pending per reason, overall and per queue), every job accounted for, the jobs worth a look (each
+  list says how much of it is shown) and the run's inputs.
 
 Waiting-time figures count the jobs still waiting at the end with their wait so far: they are then lower bounds,
 marked ``≥`` (:mod:`kaisched.sim.metrics`).
@@ -48,12 +51,14 @@ import numpy as np
 import numpy.typing as npt
 
 from kaisched.sim.fairness import RunFairness, fairness, fairness_window, reference_shares
-from kaisched.sim.metrics import outcome_of, waited
+from kaisched.sim.metrics import ReasonTime, outcome_of, pending_by_reason, waited
 from kaisched.sim.model import (
     COMPLETED,
     DROPPED,
     EVICTED_PENDING,
     NEVER_STARTED,
+    PENDING_REASONS,
+    PENDING_TIERS,
     RUNNING,
     JobRecord,
     SimResult,
@@ -104,6 +109,9 @@ JOBS_COLUMNS = (
     "lost_gpu_seconds",
     "outcome",
     "reason",
+    "pending",
+    "last_reason",
+    *(f"pending:{r}" for r in PENDING_REASONS),
 )
 
 _PALETTE = (
@@ -472,6 +480,7 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
         },
         "outcomes": dict(s.accounted),
         "inputs": _inputs_json(result),
+        "pending_by_reason": _pending_json(result),
         "gpus_total": _round(_gpus_total(result), 4),
         "samples": len(result.samples),
         "time_based": result.time_based,
@@ -500,6 +509,28 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
             for q in queues
         },
     }
+
+
+def _reason_json(by: dict[str, ReasonTime]) -> dict[str, Any]:
+    total = sum(r.seconds for r in by.values())
+    return {reason: {"tier": PENDING_TIERS.get(reason, reason), "seconds": _round(r.seconds, 2),
+                     "gpu_seconds": _round(r.gpu_seconds, 2), "jobs": r.jobs,
+                     "share": _round(r.seconds / total if total > 0 else None, 4)}
+            for reason, r in by.items()}
+
+
+def _by_queue(result: SimResult) -> dict[str, list[JobRecord]]:
+    out: dict[str, list[JobRecord]] = {}
+    for j in result.jobs:
+        out.setdefault(j.queue, []).append(j)
+    return {q: out[q] for q in _sorted_names(out)}
+
+
+def _pending_json(result: SimResult) -> dict[str, Any]:
+    """Where the waiting went: the time pending per reason, over all jobs and per queue (reasons nobody waited for
+    left out; ``share``: of the group's pending job-seconds)."""
+    return {"all": _reason_json(pending_by_reason(result.jobs)),
+            "queues": {q: _reason_json(pending_by_reason(jobs)) for q, jobs in _by_queue(result).items()}}
 
 
 def _inputs_json(result: SimResult) -> dict[str, Any]:
@@ -558,6 +589,9 @@ def _jobs_rows(result: SimResult) -> Iterable[list[str]]:
             _csv_num(j.lost_gpu_seconds),
             outcome_of(j),
             j.reason,
+            _csv_num(j.pending),
+            j.last_reason,
+            *(_csv_num(j.pending_by_reason.get(r, 0.0)) for r in PENDING_REASONS),
         ]
 
 
@@ -672,6 +706,8 @@ def summary_text(result: SimResult, max_queues: int = 12, width: int | None = No
     width = width or terminal_width()
     lines = wrap_phrases(_header(result), width, prefix=f"{result.scenario}: ")
     lines += wrap_phrases(_key_figures(result.summary), width)
+    if pending := waiting_phrases(result):
+        lines += wrap_phrases(pending, width, prefix="waiting: ")
     queues = queue_figures(result)
     if queues:
         lines.append("per queue:")
@@ -1454,6 +1490,8 @@ th { color:var(--muted); font-weight:600; font-size:12px; background:#fafbfc; }
 th:first-child, td:first-child { text-align:left; }
 td.best { background:var(--good); color:var(--good-fg); font-weight:650; }
 td.muted { color:var(--muted); white-space:normal; text-align:left; }
+td.share { min-width:90px; }
+td.share .bar { margin-top:3px; }
 .scroll { overflow-x:auto; }
 details { margin-top:8px; }
 pre { background:#f3f4f7; padding:10px; border-radius:6px; overflow-x:auto; font-size:12px; }
@@ -1584,6 +1622,63 @@ def _queue_table(queues: Sequence[QueueFigures]) -> str:
     return _table(header, rows)
 
 
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f}"
+
+
+def _share_cell(share: float) -> str:
+    w = max(0.0, min(100.0, 100 * share))
+    return (f'<td class="share">{_e(_pct(share, 0))}<div class="bar"><span style="width:{w:.1f}%;'
+            f'background:{_WHOLE_COLOUR}"></span></div></td>')
+
+
+def _waiting_section(result: SimResult) -> str:
+    """Where did the waiting go: the jobs' time pending per reason, overall and per queue."""
+    overall = pending_by_reason(result.jobs)
+    total = sum(r.seconds for r in overall.values())
+    if total <= 0:
+        return ""
+    head = "".join(f"<th>{_e(h)}</th>" for h in ("reason", "code", "job-hours", "share", "GPU-hours", "jobs"))
+    body = "".join(
+        f"<tr><td>{_e(PENDING_TIERS.get(reason, reason))}</td><td>{_e(reason)}</td><td>{_e(_hours(r.seconds))}</td>"
+        f"{_share_cell(r.seconds / total)}<td>{_e(_hours(r.gpu_seconds))}</td><td>{r.jobs:,}</td></tr>"
+        for reason, r in overall.items())
+    body += (f"<tr><td>total</td><td></td><td>{_e(_hours(total))}</td><td>100 %</td>"
+             f"<td>{_e(_hours(sum(r.gpu_seconds for r in overall.values())))}</td>"
+             f"<td>{sum(1 for j in result.jobs if j.pending_by_reason):,}</td></tr>")
+    table = f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    reasons = list(overall)
+    rows = []
+    for q, jobs in _by_queue(result).items():
+        by = pending_by_reason(jobs)
+        q_total = sum(r.seconds for r in by.values())
+        if q_total <= 0:
+            continue
+        rows.append([q, _hours(q_total), *(_pct(by[r].seconds / q_total, 0) if r in by else "" for r in reasons)])
+    per_queue = _table(["queue", "job-hours pending", *reasons], rows)
+    note = ("Every second a job was pending (from its arrival, and again from each eviction, to its start or the end "
+            "of the run), under the reason the scheduling cycles gave it: the reason code of its PodGroup's status, "
+            "the tiers of kaisched explain (docs/explain.md); the reason holds until a cycle gives another. "
+            f"\u201c{PENDING_TIERS[PENDING_REASONS[-1]]}\u201d is the time from an arrival or an eviction to the "
+            "next cycle. Job-hours count each waiting job once; GPU-hours weigh it by the GPUs it asks. Per job: "
+            "the pending:<code> columns of jobs.csv.")
+    return (f'<section><h2>Where did the waiting go</h2><p class="note">{_e(note)}</p>{table}'
+            f'<h3>Per queue: share of its pending time</h3>{per_queue}</section>')
+
+
+def waiting_phrases(result: SimResult, limit: int = 4) -> list[str]:
+    """The terminal's line on where the waiting went: the reasons with the most pending time, with their share."""
+    by = pending_by_reason(result.jobs)
+    total = sum(r.seconds for r in by.values())
+    if total <= 0:
+        return []
+    top = sorted(by.items(), key=lambda kv: -kv[1].seconds)
+    phrases = [f"{reason} {_pct(r.seconds / total, 0)}" for reason, r in top[:limit]]
+    if len(top) > limit:
+        phrases.append(f"{len(top) - limit} more reasons {_pct(sum(r.seconds for _, r in top[limit:]) / total, 0)}")
+    return [f"{_hours(total)} job-hours pending", *phrases]
+
+
 def _job_row(j: JobRecord) -> list[str]:
     return [
         j.name,
@@ -1650,8 +1745,11 @@ def _config_details(config: Any, summary: str = "Scheduler configuration") -> st
 
 
 _INPUT_ROWS = (
+    ("scenario", "scenario"),
     ("scenario_path", "scenario file"),
     ("scenario_sha256", "SHA-256 of the file"),
+    ("config_source", "scheduler configuration"),
+    ("config_sha256", "SHA-256 of the configuration (canonical JSON)"),
     ("seed", "seed"),
     ("period", "scheduling period"),
     ("until", "until"),
@@ -1744,6 +1842,7 @@ def render_html(result: SimResult) -> str:
         _fairness_section(["this run"], fc, unit) if (fc := fairness_comparison([result], ["this run"])) else "",
         "<section><h2>Per queue</h2>"
         '<p class="note">GPU figures are time-weighted means over the run.</p>' + _queue_table(queues) + "</section>",
+        _waiting_section(result),
         "<section><h2>Every job accounted for</h2>"
         f'<p class="note">{_e(accounting_text(s))}.'
         + (f" Waiting times are {_e(wait_note(s))}." if s.wait_censored else

@@ -1119,8 +1119,10 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
     classes = claim_classes(objects)
     config: Obj | None = dict(_mapping(doc.get("config"), "config")) or None
     config_field = "config"
+    config_source = "config (in the scenario)" if config is not None else ""
     if doc.get("config_file"):
         config_field = "config_file"
+        config_source = f"config_file: {base / str(doc['config_file'])}"
         try:
             loaded = yaml.safe_load(read_text(base / str(doc["config_file"]), input_limits))
         except (OSError, UnicodeDecodeError, yaml.YAMLError, InputLimitError) as exc:
@@ -1148,7 +1150,7 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
     scenario = Scenario(
         name=str(doc.get("name") or "scenario"), cluster=objects, arrivals=arrivals, config=config,
         period=period, until=None if until is None else _seconds(until, "until"), seed=run_seed,
-        description=str(doc.get("description") or ""), max_pods=sizes.limits.pods,
+        description=str(doc.get("description") or ""), max_pods=sizes.limits.pods, config_source=config_source,
     )
     impossible = doc.get("impossible_jobs", "error")
     if impossible not in ("error", "drop"):
