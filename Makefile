@@ -8,7 +8,7 @@ PIP := $(BIN)/pip --disable-pip-version-check
 # lock.txt for the container image (runtime only)
 DEV_LOCK := requirements/dev.txt
 
-.PHONY: run test lint typecheck unit bench clean kube-apiserver helm compiled unit-compiled lock fuzz chromium prometheus
+.PHONY: run test lint typecheck unit bench clean kube-apiserver operators helm compiled unit-compiled lock fuzz chromium prometheus
 
 # The development environment: the locked versions and nothing else, then kaisched itself, editable, with no
 # resolution of its own (hatchling, which builds it, is in the lock too). --no-deps: the lock already holds every
@@ -63,6 +63,12 @@ unit-compiled: compiled
 kube-apiserver:
 	scripts/kube-apiserver.sh build
 
+# The operator tier (tests marked `operators`, tests/operators) runs the real Kubeflow Training Operator and KubeRay
+# operator on that API server, each built once from the Go module proxy and cached outside the repository with the
+# CRDs of the same module versions (`scripts/operators.sh version` names them; build times in docs/workloads.md).
+operators:
+	scripts/operators.sh build
+
 # helm (for the chart's lint/template tests), built once from the Go module proxy and cached likewise.
 helm:
 	scripts/helm.sh build
@@ -75,7 +81,7 @@ chromium:
 prometheus:
 	scripts/prometheus.sh build
 
-test: lint typecheck helm chromium unit unit-compiled kube-apiserver prometheus
+test: lint typecheck helm chromium unit unit-compiled kube-apiserver prometheus operators
 	$(BIN)/python -m benchmarks --smoke
 	$(BIN)/python -m benchmarks.dra --smoke
 	$(BIN)/python -m benchmarks.busy --smoke
@@ -83,6 +89,7 @@ test: lint typecheck helm chromium unit unit-compiled kube-apiserver prometheus
 	$(BIN)/python -m benchmarks.dashboard --smoke
 	$(BIN)/python -m benchmarks.explain --smoke
 	$(BIN)/pytest -q -rfEs -m kube
+	$(BIN)/pytest -q -rfEs -m operators
 
 # Nightly: every hypothesis test (tests/property, the unit ones: `-m hypothesis` under FUZZ_TESTS) with fresh random
 # examples for FUZZ_MINUTES minutes (`make test` runs them derandomized: the same examples every run). Rounds of the

@@ -167,7 +167,8 @@ def install_crds(kube: Kube, crd_dir: Path = CRD_DIR, timeout: float = 30.0) -> 
     names: list[str] = []
     paths: list[str] = []
     for file in sorted(crd_dir.glob("*.yaml")):
-        for doc in yaml.safe_load_all(file.read_text()):
+        # libyaml's loader: an operator's CRDs (tests/operators) are megabytes of YAML
+        for doc in yaml.load_all(file.read_text(), Loader=yaml.CSafeLoader):
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             kube.create(CRD_PATH, doc, ok=(201, 409))

@@ -356,6 +356,27 @@ def test_in_flight_placements_carry_gpu_groups_and_settle_expires_after_timeout(
         w.close()
 
 
+def test_a_pod_recreated_under_the_same_name_settles_the_old_pods_eviction_and_bind(api):
+    """The Training Operator recreates an evicted replica's pod under the same name within milliseconds: between
+    two cycles the cache may never show the old pod terminating. The new pod (another uid) is neither
+    terminating nor bound."""
+    clock = [100.0]
+    w = ClusterWriter(api, workers=1, sleep=lambda s: None, clock=lambda: clock[0], settle_timeout=60.0)
+    try:
+        run(w, [Evict(ObjectRef.pod("ns/job-worker-0", "old-0"), "reclaim", "ns/p", "m"),
+                Bind(ObjectRef.pod("ns/job-worker-1", "old-1"), "node-1")])
+        assert w.in_flight_evictions() == {"ns/job-worker-0"}
+        assert w.in_flight_binds() == {"ns/job-worker-1": "node-1"}
+        same = Cache(pod("ns/job-worker-0", "old-0"), pod("ns/job-worker-1", "old-1"))
+        w.settle(same.lookup)  # the cache still shows the very pods written: still in flight
+        assert w.in_flight_evictions() == {"ns/job-worker-0"} and "ns/job-worker-1" in w.in_flight_binds()
+        recreated = Cache(pod("ns/job-worker-0", "new-0"), pod("ns/job-worker-1", "new-1"))
+        w.settle(recreated.lookup)
+        assert w.in_flight_evictions() == set() and w.in_flight_binds() == {}
+    finally:
+        w.close()
+
+
 def test_forget_before_the_bind_finished_takes_effect_when_it_finishes(api, writer):
     gate = Gate()
     api.fail("POST", "/api/v1/namespaces/ns/pods/p1/binding", gate)

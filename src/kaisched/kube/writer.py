@@ -22,7 +22,10 @@ submission order; lanes run concurrently on a bounded thread pool (``workers`` r
 
   The loop treats those pods as bound to the given node (``Binding`` in KAI's terms) in its next snapshot.
   :meth:`~ClusterWriter.in_flight_evictions` works the same way, settling when the cache shows the pod with a
-  ``deletionTimestamp`` or gone; the loop treats those pods as terminating.
+  ``deletionTimestamp`` or gone; the loop treats those pods as terminating. A pod the cache shows under the same
+  name with another uid is gone too (a controller recreated it, as the Training Operator does an evicted
+  replica's pod within milliseconds): its in-flight bind or eviction settles, so the new pod is not shown bound
+  or terminating.
 * **Retries**: a refusal that is worth retrying (429, 5xx, no connection) is retried with exponential backoff
   (``backoff_base * 2**n`` capped at ``backoff_max``) up to ``max_attempts`` attempts in all; a multi-step
   operation resumes at the step that failed. Refusals that mean "already done" (see each request's
@@ -142,6 +145,13 @@ class _Flight:
     submitted: float
     done_at: float | None = None  # clock() when the operation succeeded
     forgotten: bool = False
+    uid: str = ""  # the uid of the pod the operation was for ("" when the operation did not name one)
+
+    def replaced(self, pod: Mapping[str, Any] | None) -> bool:
+        """The cache shows another pod under this key (same name, new uid): the one written is gone."""
+        meta = pod.get("metadata") if pod is not None else None
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        return bool(self.uid and uid and uid != self.uid)
 
 
 @dataclass(slots=True)
@@ -258,13 +268,13 @@ class ClusterWriter:
             if op.pod.key in self._binds:
                 log.debug("duplicate bind dropped", pod=op.pod.key, node=op.node)
                 return False
-            self._binds[op.pod.key] = _Flight(Placement(op.pod.key, op.node, op.gpu_groups), now)
+            self._binds[op.pod.key] = _Flight(Placement(op.pod.key, op.node, op.gpu_groups), now, uid=op.pod.uid)
             if op.claims:
                 self.claims.planned(op.claims)
         elif isinstance(op, Evict):
             if op.pod.key in self._evictions:
                 return False
-            self._evictions[op.pod.key] = _Flight(Placement(op.pod.key, ""), now)
+            self._evictions[op.pod.key] = _Flight(Placement(op.pod.key, ""), now, uid=op.pod.uid)
         lane = self._lanes.get(op.lane)
         if lane is None:
             lane = self._lanes[op.lane] = _Lane()
@@ -330,7 +340,7 @@ class ClusterWriter:
                     continue
                 pod = lookup("Pod", key)
                 spec = pod.get("spec") if pod is not None else None
-                if (pod is None or (isinstance(spec, Mapping) and spec.get("nodeName"))
+                if (pod is None or (isinstance(spec, Mapping) and spec.get("nodeName")) or flight.replaced(pod)
                         or now - flight.done_at >= self.settle_timeout):
                     del self._binds[key]
             for key in list(self._evictions):
@@ -340,7 +350,7 @@ class ClusterWriter:
                 pod = lookup("Pod", key)
                 meta = pod.get("metadata") if pod is not None else None
                 if (pod is None or (isinstance(meta, Mapping) and meta.get("deletionTimestamp"))
-                        or now - flight.done_at >= self.settle_timeout):
+                        or flight.replaced(pod) or now - flight.done_at >= self.settle_timeout):
                     del self._evictions[key]
             self._recent = {k: v for k, v in self._recent.items() if now - v[1] < self.settle_timeout}
         self.claims.settle(lookup)

@@ -1,0 +1,126 @@
+"""The real KubeRay operator (v1.5.0) creating Ray clusters, ``kaisched run`` gang-scheduling them.
+
+KubeRay runs as the Ray documentation's KAI guide installs it, with ``--batch-scheduler=kai-scheduler``: the
+user's RayCluster carries only the ``kai.scheduler/queue`` label, and KubeRay stamps ``schedulerName:
+kai-scheduler`` and that label on the pods. The pod-grouper gives the cluster one PodGroup (spec 10.3):
+``pg-<cluster>-<uid>``, minMember ``1 + Σ (minReplicas > 0 ? minReplicas : replicas) × numOfHosts``, subgroups
+``headgroup`` and one per worker group.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from tests.kube.contract_helpers import JSON, QUEUE_LABEL, WAIT_S, node_of, wait_until
+from tests.operators.cluster import RAY, OperatorCluster, raycluster, rayjob
+from tests.operators.expect import assert_pod_group
+from tests.operators.operators import OperatorProcess
+
+pytestmark = pytest.mark.operators
+
+RAYCLUSTERS = f"{RAY}/rayclusters"
+RAYJOBS = f"{RAY}/rayjobs"
+CLUSTER_LABEL = "ray.io/cluster"
+GROUP_LABEL = "ray.io/group"
+NODE_TYPE_LABEL = "ray.io/node-type"
+CYCLES_UNBOUND = 15
+
+
+def test_a_raycluster_with_two_worker_groups_is_one_gang_and_grows_when_scaled_up(cluster: OperatorCluster) -> None:
+    cluster.add_nodes(1, gpus=2)  # the gang needs 3 GPUs (head none, workers one each)
+    q = cluster.queues(16, {"a": 16})
+    manifest = raycluster("ray", q["a"], {"small": (1, 1, 5), "large": (2, 2, 4)})
+    made = cluster.create(RAYCLUSTERS, manifest)
+    sched = cluster.kaisched()
+
+    pods = cluster.wait_pods(4, "RayCluster ray", {CLUSTER_LABEL: "ray"})
+    groups = collections.Counter(p["metadata"]["labels"][GROUP_LABEL] for p in pods.values())
+    assert groups == {"headgroup": 1, "small": 1, "large": 2}
+    for name, pod in pods.items():
+        meta, spec = pod["metadata"], pod["spec"]
+        owner = next(r for r in meta["ownerReferences"] if r.get("controller"))
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("RayCluster", "ray", made["metadata"]["uid"])
+        assert spec["schedulerName"] == "kai-scheduler", name  # set by KubeRay's kai-scheduler integration
+        assert meta["labels"][QUEUE_LABEL] == q["a"], name  # copied from the RayCluster by KubeRay
+        kind = meta["labels"][NODE_TYPE_LABEL]
+        assert name.startswith("ray-head-" if kind == "head" else f"ray-{meta['labels'][GROUP_LABEL]}-worker-")
+
+    group_name = f"pg-ray-{made['metadata']['uid']}"
+    group = cluster.wait_pod_group(group_name)
+    assert_pod_group(group, made, min_member=4, queue=q["a"], priority="train",
+                     sub_groups={"headgroup": 1, "small": 1, "large": 2})
+
+    first = int(sched.wait_cycle(1)["cycle"])
+    sched.wait_cycle(first + CYCLES_UNBOUND)
+    assert not any(node_of(p) for p in cluster.live_pods({CLUSTER_LABEL: "ray"}).values()), cluster.describe()
+
+    cluster.add_nodes(1, gpus=8)
+    cluster.wait_all_bound(4, "RayCluster ray", {CLUSTER_LABEL: "ray"})
+
+    def ready() -> JSON | None:
+        status = (cluster.get(RAYCLUSTERS, "ray") or {}).get("status") or {}
+        return status if status.get("state") == "ready" else None
+
+    wait_until(ready, WAIT_S, "RayCluster ray ready (all its pods running)", describe=cluster.describe)
+
+    # scaled up by editing the CR: group small from 1 to 3 replicas; the new pods join the same PodGroup
+    cluster.patch(RAYCLUSTERS, "ray", {"spec": {"workerGroupSpecs": [
+        {**g, "replicas": 3} if g["groupName"] == "small" else g for g in manifest["spec"]["workerGroupSpecs"]]}})
+    placed = cluster.wait_all_bound(6, "RayCluster ray scaled up", {CLUSTER_LABEL: "ray"})
+    pods = cluster.live_pods({CLUSTER_LABEL: "ray"})
+    assert collections.Counter(p["metadata"]["labels"][GROUP_LABEL] for p in pods.values()) == {
+        "headgroup": 1, "small": 3, "large": 2}
+    assert {p["metadata"]["annotations"].get("pod-group-name") for p in pods.values()} == {group_name}
+    assert len(set(placed.values())) <= 2
+    assert list(cluster.pod_groups()) == [group_name], "scaling up makes no second PodGroup"
+    # minReplicas of both groups is set: KAI's minMember (1 + 1 + 2) does not change with the replicas
+    assert_pod_group(cluster.wait_pod_group(group_name), made, min_member=4, queue=q["a"], priority="train",
+                     sub_groups={"headgroup": 1, "small": 1, "large": 2})
+
+
+def test_a_rayjob_gets_a_cluster_that_is_gang_scheduled_then_deleted_when_the_job_ends(
+    cluster: OperatorCluster, kuberay_without_batch_scheduler: OperatorProcess,
+) -> None:
+    """KubeRay's KAI plugin refuses RayJobs, so this KubeRay runs without it and the job's pod templates name
+    the scheduler (the queue comes from the RayJob's label: the pod-grouper reads it on the top owner)."""
+    cluster.add_nodes(1, gpus=8)
+    q = cluster.queues(16, {"a": 16})
+    manifest = rayjob("sample", q["a"], {"workers": (2, 2, 2)}, active_deadline_seconds=12,
+                      scheduler_name="kai-scheduler")
+    job = cluster.create(RAYJOBS, manifest)
+    cluster.kaisched()
+
+    def cluster_name() -> str | None:
+        status = (cluster.get(RAYJOBS, "sample") or {}).get("status") or {}
+        return status.get("rayClusterName") or None
+
+    name = wait_until(cluster_name, WAIT_S, "RayJob sample: status.rayClusterName", describe=cluster.describe)
+    assert name.startswith("sample-")
+    ray_cluster = wait_until(lambda: cluster.get(RAYCLUSTERS, name), WAIT_S, f"RayCluster {name}")
+    owner = next(r for r in ray_cluster["metadata"]["ownerReferences"] if r.get("controller"))
+    assert (owner["kind"], owner["uid"]) == ("RayJob", job["metadata"]["uid"])
+
+    placed = cluster.wait_all_bound(3, f"RayCluster {name}", {CLUSTER_LABEL: name})
+    assert len(placed) == 3
+    # the PodGroup is the RayJob's (the top owner), not its cluster's
+    group_name = f"pg-sample-{job['metadata']['uid']}"
+    assert_pod_group(cluster.wait_pod_group(group_name), job, min_member=3, queue=q["a"], priority="train",
+                     sub_groups={"headgroup": 1, "workers": 2})
+    pods = cluster.live_pods({CLUSTER_LABEL: name})
+    assert {p["metadata"]["annotations"].get("pod-group-name") for p in pods.values()} == {group_name}
+
+    # the job ends (its activeDeadlineSeconds: no Ray runs here to finish it), KubeRay deletes the cluster
+    # (shutdownAfterJobFinishes, ttlSecondsAfterFinished 0) and its pods go with it
+    def ended() -> JSON | None:
+        status = (cluster.get(RAYJOBS, "sample") or {}).get("status") or {}
+        return status if status.get("jobDeploymentStatus") in ("Complete", "Failed") else None
+
+    status = wait_until(ended, 60.0, "RayJob sample ended", describe=cluster.describe)
+    assert status.get("reason") == "DeadlineExceeded", status
+    wait_until(lambda: cluster.get(RAYCLUSTERS, name) is None, WAIT_S, f"RayCluster {name} deleted",
+               describe=cluster.describe)
+    wait_until(lambda: not cluster.live_pods({CLUSTER_LABEL: name}), WAIT_S, f"the pods of {name} deleted",
+               describe=cluster.describe)
+    assert all(not node_of(p) for p in cluster.live_pods().values())
