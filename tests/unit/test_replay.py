@@ -388,3 +388,25 @@ def test_kais_reservation_pods_hold_nothing_twice(tmp_path: Path) -> None:
     assert {b.pod: b.node for b in result.binds} == {"team/train-0": "node-1", "team/train-1": "node-0"}
     node1 = next(n for n in result.nodes if n.name == "node-1")
     assert node1.idle == 3  # 8 GPUs: g-1 holds one (not two: the reservation pod is not counted), train-0 four
+
+
+def test_a_snapshot_with_dra_objects_allocates_the_claim(tmp_path: Path) -> None:
+    """resourceClaims, resourceSlices and deviceClasses as KAI's informers list them (no apiVersion or kind: the
+    rawObjects key decides, resource.k8s.io/v1)."""
+    from tests.unit import test_cluster_dra as D
+
+    def bare(obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+
+    p = D.pod("p", claims={"gpu": "c1"})
+    p["metadata"]["annotations"] = {"pod-group-name": "pg"}
+    objects = {"nodes": [bare(D.node("node-0"))], "queues": [bare(D.queue())],
+               "podGroups": [{"metadata": {"name": "pg", "namespace": "ml"},
+                              "spec": {"queue": "team", "minMember": 1, "priorityClassName": "train"}}],
+               "pods": [bare(p)], "deviceClasses": [bare(D.gpu_class())],
+               "resourceSlices": [bare(D.gpu_slice("node-0", 2))], "resourceClaims": [bare(D.shared_claim("c1"))]}
+    rp = load_replay(write(tmp_path, K.snapshot(objects=objects)))
+    assert rp.objects.errors == [] and rp.warnings == []
+    result = run_replay(rp, datetime(2026, 1, 2, tzinfo=UTC))
+    assert [(b.pod, b.node) for b in result.binds] == [("ml/p", "node-0")]
+    assert [c.to_dict()["claim"] for c in result.claims] == ["ml/c1"]
