@@ -40,20 +40,39 @@ def files_source(paths: tuple[str, ...], max_input_bytes: str | None) -> Callabl
     return lambda: load_objects(paths, limits=limits)
 
 
-def kube_source(kubeconfig: str, context: str | None, max_input_bytes: str | None,
+def kube_source(kubeconfig: str, context: str | None, max_input_bytes: str | None, config: SchedulerConfig,
                 timeout: float = 120.0) -> tuple[Callable[[], ParsedObjects], Callable[[], None]]:
-    """List and watch the cluster's objects as ``kaisched run`` does (read-only informers); (read, close)."""
-    from kaisched.kube.cache import ParseCache
+    """List and watch the cluster's objects as ``kaisched run`` does (read-only informers: the DRA kinds in the
+    version the server serves, the default-priorities ConfigMap when the configuration names one) and group its pods
+    as ``kaisched run`` groups them (:func:`kaisched.kube.live.group_live`: pods naming an existing PodGroup as they
+    are, the others by the pod-grouper with their owners read from the API, its PodGroups kept in memory); (read,
+    close). The objects read are ready for a cycle (``run_view(..., live=True)``)."""
+    from kaisched.kube.api import ApiError
+    from kaisched.kube.cache import OwnerCache, ParseCache
+    from kaisched.kube.claims import discover_dra_version
     from kaisched.kube.client import KubeClient, KubeConfigError
     from kaisched.kube.informer import Informer
+    from kaisched.kube.live import group_live
+    from kaisched.kube.resources import CONFIGMAP, dra_kinds
     from kaisched.kube.runner import OPTIONAL_KINDS, REQUIRED_KINDS
 
     try:
         api = KubeClient.from_env(kubeconfig, context, limits=input_limits(max_input_bytes))
     except (KubeConfigError, OSError) as exc:
         raise click.UsageError(f"kubeconfig: {exc}") from None
-    kinds = (*REQUIRED_KINDS, *OPTIONAL_KINDS)
+    try:
+        dra_version = discover_dra_version(api)
+    except ApiError:
+        dra_version = None  # (as explain --kubeconfig: a server that cannot say is read without DRA objects)
+    dra = dra_kinds(dra_version) if dra_version is not None else ()
+    kinds = (*REQUIRED_KINDS, *OPTIONAL_KINDS, *dra)
     informers = {k.kind: Informer(api, k, name=f"dashboard-{k.plural}") for k in kinds}
+    params = config.params
+    if params.default_priorities_configmap_name:
+        kinds = (*kinds, CONFIGMAP)
+        informers[CONFIGMAP.kind] = Informer(
+            api, CONFIGMAP, namespace=params.default_priorities_configmap_namespace or "default",
+            field_selector=f"metadata.name={params.default_priorities_configmap_name}", name="dashboard-configmaps")
     for informer in informers.values():
         informer.start()
 
@@ -62,11 +81,12 @@ def kube_source(kubeconfig: str, context: str | None, max_input_bytes: str | Non
             informer.stop()
         api.close()
 
-    for k in REQUIRED_KINDS:
+    for k in (*REQUIRED_KINDS, *dra):  # (without the claims, devices would look free)
         if not informers[k.kind].wait_synced(timeout):
             close()
             raise click.ClickException(f"could not list {k.qualified_plural} within {timeout:g} s")
     cache = ParseCache()
+    owners = OwnerCache(api)
     from kaisched.k8s.objects import ParsedObjects
 
     def read() -> ParsedObjects:
@@ -80,13 +100,16 @@ def kube_source(kubeconfig: str, context: str | None, max_input_bytes: str | Non
                     continue
             items.sort(key=lambda kv: kv[0])
             cache.parse(k.kind, items, parsed)
-        return parsed
+        return group_live(parsed, owners, cache, config, datetime.now(UTC))
 
     return read, close
 
 
-def refresh_once(dashboard: Dashboard, read: Callable[[], ParsedObjects], config: SchedulerConfig) -> str | None:
-    """One read-only cycle into the dashboard; the error as a sentence when the input could not be read."""
+def refresh_once(dashboard: Dashboard, read: Callable[[], ParsedObjects], config: SchedulerConfig, *,
+                 live: bool = False) -> str | None:
+    """One read-only cycle into the dashboard; the error as a sentence when the input could not be read. ``live``:
+    ``read`` gives a live cluster's objects, grouped already (:func:`kube_source`), scheduled as Kubernetes mode
+    schedules them; else files, through the embedded cluster's controllers first."""
     from kaisched.cluster.schedule import no_cyclic_gc
     from kaisched.explain import run_view
     from kaisched.k8s.loader import InputLimitError
@@ -97,7 +120,7 @@ def refresh_once(dashboard: Dashboard, read: Callable[[], ParsedObjects], config
     except (InputLimitError, OSError) as exc:
         return str(exc)
     with no_cyclic_gc():
-        jobs, result = run_view(parsed, config, now)
+        jobs, result = run_view(parsed, config, now, live=live)
     dashboard.update(jobs, result, now)
     return None
 
@@ -136,11 +159,12 @@ def dashboard_command(paths: tuple[str, ...], kubeconfig: str | None, context: s
         source = ", ".join(paths)
     else:
         assert kubeconfig is not None
-        read, close = kube_source(kubeconfig, context, max_input_bytes)
+        read, close = kube_source(kubeconfig, context, max_input_bytes, config)
         source = kubeconfig
     dashboard = Dashboard(source=source)
     dashboard.history.sample_interval = max(interval, 60.0)
-    error = refresh_once(dashboard, read, config)
+    live = kubeconfig is not None
+    error = refresh_once(dashboard, read, config, live=live)
     if error:
         close()
         raise click.ClickException(error)
@@ -159,7 +183,7 @@ def dashboard_command(paths: tuple[str, ...], kubeconfig: str | None, context: s
     signal.signal(signal.SIGINT, on_signal)
     try:
         while not stop.wait(interval):
-            error = refresh_once(dashboard, read, config)
+            error = refresh_once(dashboard, read, config, live=live)
             if error:
                 click.echo(f"kaisched dashboard: {error} (the previous cycle is shown)", err=True)
     finally:
