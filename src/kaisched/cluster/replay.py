@@ -102,8 +102,11 @@ def replay_config(snap: KaiSnapshot) -> SchedulerConfig:
 
 
 def load_replay(path: str | Path, max_bytes: int = MAX_SNAPSHOT_BYTES) -> Replay:
-    """Read the snapshot ZIP at ``path`` and make it ready to run (:class:`SnapshotError` when it cannot be)."""
-    return prepare_replay(read_snapshot(path, max_bytes))
+    """Read the snapshot ZIP at ``path`` and make it ready to run (:class:`SnapshotError` when it cannot be). The
+    cyclic garbage collector is paused meanwhile: decoding makes a million small objects, all kept, and its passes
+    over them would cost most of the time."""
+    with no_cyclic_gc():
+        return prepare_replay(read_snapshot(path, max_bytes))
 
 
 def prepare_replay(snap: KaiSnapshot) -> Replay:

@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
@@ -170,14 +172,22 @@ def load_snapshot(data: bytes, *, source: str = "snapshot", max_bytes: int = MAX
     except UnicodeDecodeError as exc:
         raise SnapshotError(f"{source}: {SNAPSHOT_FILE} is not UTF-8 text (byte {exc.start})") from None
     try:
-        # the first JSON value, as Go's json.Decoder reads it (v0.17 streams a newline after it)
+        doc = msgspec.json.decode(text)  # one JSON value (v0.17's json.Encoder adds a newline: white space)
+    except msgspec.DecodeError:
+        doc = _first_value(decoded, source)  # anything after the value, or an error message with its line
+    return from_document(doc, source=source)
+
+
+def _first_value(decoded: str, source: str) -> object:
+    """The first JSON value of ``decoded``, as Go's json.Decoder reads it, or an error naming its line."""
+    try:
         doc, _ = json.JSONDecoder().raw_decode(decoded.lstrip())
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"{source}: {SNAPSHOT_FILE}: invalid JSON at line {exc.lineno} column {exc.colno}: "
                             f"{exc.msg}") from None
     except RecursionError:
         raise SnapshotError(f"{source}: {SNAPSHOT_FILE}: JSON nested too deeply") from None
-    return from_document(doc, source=source)
+    return doc
 
 
 # ------------------------------------------------------------------------------------------- the document
@@ -481,13 +491,14 @@ def to_objects(snap: KaiSnapshot, scheduler_name: str) -> ParsedObjects:
     warnings = snap.warnings
     docs: list[dict[str, Any]] = []
 
-    def add(list_key: str, obj: Mapping[str, Any]) -> None:
+    def add(list_key: str, obj: dict[str, Any]) -> None:
         kind = RAW_KINDS[list_key]
         assert kind is not None
         version = kind[1]
         if version == C.RESOURCE_V1_API_VERSION and obj.get("apiVersion") in C.RESOURCE_API_VERSIONS:
             version = str(obj["apiVersion"])  # a DRA object written with the version its server served
-        docs.append({**obj, "kind": kind[0], "apiVersion": version})
+        obj["kind"], obj["apiVersion"] = kind[0], version  # the snapshot's own dicts: the key decides the type
+        docs.append(obj)
 
     nodes = [n for n in raw["nodes"] if in_partition(n, key, value)]
     queues = [q for q in raw["queues"] if in_partition(q, key, value)]
