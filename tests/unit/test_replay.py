@@ -410,3 +410,9 @@ def test_a_snapshot_with_dra_objects_allocates_the_claim(tmp_path: Path) -> None
     result = run_replay(rp, datetime(2026, 1, 2, tzinfo=UTC))
     assert [(b.pod, b.node) for b in result.binds] == [("ml/p", "node-0")]
     assert [c.to_dict()["claim"] for c in result.claims] == ["ml/c1"]
+
+
+def test_only_the_first_json_value_is_read_as_gos_decoder_does() -> None:
+    text = json.dumps(K.document()) + "\n{\"more\": true}\n"
+    snap = load_snapshot(K.zip_bytes({"snapshot.json": text.encode()}))
+    assert snap.counts()["pods"] == 3
