@@ -54,10 +54,25 @@ BIND_REQUEST_CRD = {
 }
 
 
+def _kai_crd(plural: str, kind: str, group: str, version: str, namespaced: bool) -> dict[str, Any]:
+    """A CRD of KAI's that kaisched does not ship, as far as these tests need it (any fields kept)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {"group": group, "scope": "Namespaced" if namespaced else "Cluster",
+                 "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+                 "versions": [{"name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                              "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }
+
+
 def _kai_crds(kube: Kube) -> None:
     install_crds(kube)
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "bindrequests.yaml").write_text(yaml.safe_dump(BIND_REQUEST_CRD))
+        crds = [BIND_REQUEST_CRD, _kai_crd("schedulingshards", "SchedulingShard", "kai.scheduler", "v1", False),
+                _kai_crd("configs", "Config", "kai.scheduler", "v1", False)]
+        (Path(tmp) / "kai.yaml").write_text(yaml.safe_dump_all(crds))
         install_crds(kube, Path(tmp))
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                        "metadata": {"name": RESERVATION_NS}}, ok=(201, 409))
@@ -182,3 +197,32 @@ def test_kaisched_takes_over_what_kai_left_without_double_booking(cluster: Clust
     kube.delete_collection(requests)
     wait_until(lambda: kube.items(requests) == [], 10.0, "BindRequests deleted")
     assert kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{BIND_REQUESTS}") is not None
+
+
+def test_kais_shard_settings_carry_over(cluster: Cluster) -> None:
+    """The runbook's settings step on a real server: kaisched from-kai reads KAI's SchedulingShard and Config (GETs),
+    and kaisched run without --config schedules with the shard's placement (spread: two pods on two nodes)."""
+    kube = cluster.kube
+    shard = f"shard-{cluster.id}"
+    shards = "/apis/kai.scheduler/v1/schedulingshards"
+    kube.create(shards, {"apiVersion": "kai.scheduler/v1", "kind": "SchedulingShard",
+                         "metadata": {"name": shard, "labels": cluster.labels},
+                         "spec": {"placementStrategy": {"gpu": "spread", "cpu": "spread"}, "kValue": 2,
+                                  "args": {"detailed-fit-errors": "true"}}})
+    try:
+        made = CliRunner().invoke(cli, ["from-kai", "--kubeconfig", str(cluster.server.kubeconfig_path),
+                                        "--shard", shard, "-o", "config"])
+        assert made.exit_code == 0, made.output
+        config = yaml.safe_load(made.stdout)
+        assert "consolidation" not in config["actions"] and config["params"] == {"detailed-fit-errors": "true"}
+        n0, n1 = cluster.add_node(), cluster.add_node()
+        q = cluster.queues(16, {"a": 16})["a"]
+        for name in ("one", "two"):
+            cluster.pending_pod(name, q, gpus=1)
+        proc = cluster.kaisched("--shard", shard)
+        placed = cluster.wait_bound(["one-0", "two-0"])
+        assert set(placed.values()) == {n0, n1}  # spread, from the shard (binpack would fill one node)
+        proc.wait_for_log(lambda r: r.get("event") == "configuration from KAI's SchedulingShard", 10.0,
+                          "the shard's configuration taken")
+    finally:
+        kube.delete(f"{shards}/{shard}")
