@@ -69,6 +69,9 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     (r"^helm (install|uninstall) ", "needs a Kubernetes cluster (tests/unit/test_deploy.py renders the chart)"),
     (r"^kubectl (?!apply -f|delete -f)", "needs a Kubernetes cluster with kaisched running in it"),
     (r"^curl ", "asks the metrics port of a kaisched running in a cluster"),
+    (r"^kaisched (explain|get|schedule) .*--kubeconfig ~/\.kube/config", "reads a live cluster; "
+     "tests/kube/test_explain_docs_contract.py runs these on a real kube-apiserver holding examples/explain.yaml "
+     "and checks the output shown"),
 )
 RUNNABLE = frozenset({"kaisched", ".venv/bin/kaisched", "python", "python3", ".venv/bin/python", "source"})
 # What the scratch directory links to (so that commands find the files the docs name).
