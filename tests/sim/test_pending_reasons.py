@@ -188,3 +188,24 @@ def test_the_report_states_the_scheduler_configuration_it_ran(tmp_path: Path) ->
     path.write_text(yaml.safe_dump(doc))
     inline = simulate(load_scenario(path)).inputs
     assert (inline["config_source"], inline["config_sha256"]) == ("config (in the scenario)", digest)
+
+
+def test_a_comparison_says_where_each_runs_waiting_went(tmp_path: Path) -> None:
+    from kaisched.sim.report import compare
+
+    reclaim = _reclaim_result()
+    limit = simulate(Scenario("limit", [node("n1", 8), queue("q", gpu_limit=4)],
+                              [arrival(0, "a", 1, 2, 600), arrival(0, "b", 1, 2, 1200), arrival(20, "c", 1, 2, 100)],
+                              period=60))
+    files = compare([reclaim, limit], ["first", "second"], tmp_path)
+    page = files["compare.html"].read_text()
+    section = page[page.index("<h2>Where did the waiting go</h2>"):]
+    text = re.sub(r"<[^>]+>", "|", section[:section.index("</section>")])
+    # reclaim: 100 s fair-share, 10 s waiting-for-victims, 20 s awaiting-cycle of 130; limit: 40 s awaiting a cycle
+    # and 540 s over the limit of 580
+    assert "|Over its queue&#x27;s limit (over-limit)||||0.1 h · 93 %|" in text
+    assert "|Waiting for fair share to free (fair-share)||0.0 h · 77 %|||" in text
+    assert "|Not yet looked at by a cycle (awaiting-cycle)||0.0 h · 15 %||0.0 h · 7 %|" in text
+    assert "|total||0.0 h||0.2 h|" in text
+    data = json.loads(files["compare.json"].read_text())
+    assert data["runs"]["second"]["pending_by_reason"]["all"]["over-limit"]["seconds"] == 540.0

@@ -1666,6 +1666,25 @@ def _waiting_section(result: SimResult) -> str:
             f'<h3>Per queue: share of its pending time</h3>{per_queue}</section>')
 
 
+def _compare_waiting_section(results: Sequence[SimResult], labels: Sequence[str]) -> str:
+    """Where did the waiting go, run by run: each reason's job-hours pending and share of the run's pending time."""
+    by_run = [pending_by_reason(r.jobs) for r in results]
+    totals = [sum(t.seconds for t in by.values()) for by in by_run]
+    if not any(total > 0 for total in totals):
+        return ""
+    order = {r: i for i, r in enumerate(PENDING_REASONS)}
+    reasons = sorted({r for by in by_run for r in by}, key=lambda r: (order.get(r, len(order)), r))
+    rows = [[PENDING_TIERS.get(reason, reason) + f" ({reason})",
+             *(f"{_hours(by[reason].seconds)} h · {_pct(by[reason].seconds / total, 0)}" if reason in by else ""
+               for by, total in zip(by_run, totals, strict=True))]
+            for reason in reasons]
+    rows.append(["total", *(f"{_hours(total)} h" for total in totals)])
+    note = ("Each run's pending time (job-hours) by the reason the cycles gave, and its share of the run's pending "
+            "time (the runs' own reports have it per queue).")
+    return (f'<section><h2>Where did the waiting go</h2><p class="note">{_e(note)}</p>'
+            + _table(["reason", *labels], rows) + "</section>")
+
+
 def waiting_phrases(result: SimResult, limit: int = 4) -> list[str]:
     """The terminal's line on where the waiting went: the reasons with the most pending time, with their share."""
     by = pending_by_reason(result.jobs)
@@ -1909,6 +1928,7 @@ def render_compare_html(results: Sequence[SimResult], labels: Sequence[str], dir
             dist,
             "waiting time and JCT distributions, per run",
         ),
+        _compare_waiting_section(results, labels),
         _plot_section(
             "Queues: allocation vs fair share", "", per_queue, "per-queue allocation and fair share, per run"
         ),
