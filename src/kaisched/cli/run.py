@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -57,28 +58,45 @@ def _listen(value: str) -> tuple[str, int | None]:
 
 def _shard_config(api: KubeClient, shard: str, fallback: SchedulerConfig) -> SchedulerConfig:
     """The configuration KAI's operator renders from SchedulingShard ``shard`` (docs/migrating-from-kai.md), or
-    ``fallback`` when the cluster has no such shard or may not be asked (403, logged). A shard kaisched cannot use
-    is a usage error; a cluster that cannot be asked, exit status 1 (never a silent fallback)."""
+    ``fallback`` when the cluster has no such shard or may not be asked (403, logged). A server that cannot be
+    reached is asked again with a backoff, as the informers would (SIGTERM/SIGINT meanwhile: exit 0), never a
+    silent fallback; a shard kaisched cannot use is a usage error; another refusal, exit status 1."""
     from kaisched.cli.from_kai import _implemented_only
     from kaisched.kube.api import ApiError
     from kaisched.kube.kai_objects import shard_from_cluster
     from kaisched.kube.logs import get_logger
 
     log = get_logger("kaisched.cli.run")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    delay = 0.2
     try:
-        rendered = shard_from_cluster(api, shard)
-    except ApiError as exc:
-        if exc.status == 403:
-            log.warning("KAI's SchedulingShard may not be read: KAI's default configuration", shard=shard,
-                        error=str(exc))
-            return fallback
-        api.close()
-        click.echo(f"kaisched run: reading KAI's SchedulingShard {shard!r}: {exc} (give --config, or --shard '' "
-                   "not to look)", err=True)
-        sys.exit(1)
-    except ConfigError as exc:
-        api.close()
-        raise click.UsageError(str(exc)) from None
+        while True:
+            try:
+                rendered = shard_from_cluster(api, shard)
+                break
+            except ApiError as exc:
+                if exc.status == 403:
+                    log.warning("KAI's SchedulingShard may not be read: KAI's default configuration", shard=shard,
+                                error=str(exc))
+                    return fallback
+                if not exc.retryable:
+                    api.close()
+                    click.echo(f"kaisched run: reading KAI's SchedulingShard {shard!r}: {exc} (give --config, or "
+                               "--shard '' not to look)", err=True)
+                    sys.exit(1)
+                log.warning("KAI's SchedulingShard not read yet: retrying", shard=shard, error=str(exc),
+                            retry_s=delay)
+                if stop.wait(delay):
+                    api.close()
+                    sys.exit(0)
+                delay = min(delay * 2, 10.0)
+            except ConfigError as exc:
+                api.close()
+                raise click.UsageError(str(exc)) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if rendered is None:
         return fallback
     notes = list(rendered.notes)
