@@ -26,7 +26,14 @@ from kaisched.sim import Scenario, load_scenario
 from kaisched.sim.engine import Simulator, simulate
 from kaisched.sim.metrics import pending_by_reason
 from kaisched.sim.model import AWAITING_CYCLE, PENDING_REASONS, JobRecord, SimResult
-from kaisched.sim.report import JOBS_COLUMNS, render_html, summary_dict, summary_text, write_outputs
+from kaisched.sim.report import (
+    JOBS_COLUMNS,
+    render_html,
+    summary_dict,
+    summary_text,
+    waiting_phrases,
+    write_outputs,
+)
 from tests.sim.test_engine import arrival
 from tests.unit.builders import node, queue
 
@@ -151,6 +158,8 @@ def test_summary_json_and_the_report_say_where_the_waiting_went(tmp_path: Path) 
     assert "|a||0.0||83 %||||17 %|" in text and "|b||0.0||||100 %|||" in text
     line = next(x for x in summary_text(result, width=200).splitlines() if x.startswith("waiting: "))
     assert line == "waiting: 0.0 job-hours pending · fair-share 77 % · awaiting-cycle 15 % · waiting-for-victims 8 %"
+    assert waiting_phrases(result, limit=2)[-1] == "1 more reason 8 %"
+    assert waiting_phrases(result, limit=1)[-2:] == ["fair-share 77 %", "2 more reasons 23 %"]
 
 
 def test_a_run_where_nobody_waited_has_no_section() -> None:

@@ -1694,7 +1694,9 @@ def waiting_phrases(result: SimResult, limit: int = 4) -> list[str]:
     top = sorted(by.items(), key=lambda kv: -kv[1].seconds)
     phrases = [f"{reason} {_pct(r.seconds / total, 0)}" for reason, r in top[:limit]]
     if len(top) > limit:
-        phrases.append(f"{len(top) - limit} more reasons {_pct(sum(r.seconds for _, r in top[limit:]) / total, 0)}")
+        rest = len(top) - limit
+        share = sum(r.seconds for _, r in top[limit:]) / total
+        phrases.append(f"{rest} more reason{'s' * (rest > 1)} {_pct(share, 0)}")
     return [f"{_hours(total)} job-hours pending", *phrases]
 
 
