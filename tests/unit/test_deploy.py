@@ -754,6 +754,7 @@ SCHEDULER_PERMISSIONS: set[tuple[str, str, str]] = {
     *(("scheduling.run.ai", "podgroups", v) for v in (*_READ, "create", "patch")),
     ("scheduling.run.ai", "podgroups/status", "patch"),
     *(("kai.scheduler", "topologies", v) for v in _READ),
+    *(("kai.scheduler", r, "get") for r in ("schedulingshards", "configs")),  # KAI's shard, without --config
     # DRA: read the devices, classes and claims; patch a claim's finalizer, allocation and reservations
     *(("resource.k8s.io", r, v) for r in ("deviceclasses", "resourceslices", "resourceclaims",
                                           "resourceclaimtemplates") for v in _READ),
