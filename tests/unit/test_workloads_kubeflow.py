@@ -63,7 +63,8 @@ def errors(out: ParsedObjects | Any) -> list[str]:
 
 
 def cluster(gpus: int = 8, n: int = 2, cpu: object = 64) -> list[Obj]:
-    return [queue(QUEUE), *(node(f"n{i}", gpus, cpu) for i in range(1, n + 1))]
+    """Nodes report ephemeral storage, as a kubelet does (an MPIJob launcher's init container asks for 5Gi)."""
+    return [queue(QUEUE), *(node(f"n{i}", gpus, cpu, extra={"ephemeral-storage": "100Gi"}) for i in range(1, n + 1))]
 
 
 def owner(p: Pod) -> tuple[str, str]:
@@ -317,6 +318,49 @@ def test_mpijob_v1_launcher_pod_owned_by_the_job() -> None:
     assert {k: v for k, v in launcher.meta.labels.items() if k.startswith("training.kubeflow.org/")} == {
         OPERATOR: "mpijob-controller", JOB_NAME: "tensorflow-benchmarks", TYPE: "launcher", ROLE: "master"}
     assert created["tensorflow-benchmarks-worker-1"].meta.labels[INDEX] == "1"
+
+
+def made_pods(doc: Obj) -> dict[str, Obj]:
+    """The pods (as dicts) a workload's embedded controller makes."""
+    w = prepared(doc).workloads[0]
+    emit = Emit(w)
+    CONTROLLERS[(w.group, w.kind)](w, emit)
+    assert emit.errors == []
+    return {o["metadata"]["name"]: o for o in emit.objects if o["kind"] == "Pod"}
+
+
+def test_pytorchjob_pods_get_what_the_training_operator_adds() -> None:
+    """As Training Operator v1.8.1 (tests/operators/test_embedded.py compares with the real one): a worker of a
+    job with a Master waits for it in ``init-pytorch`` (50m CPU asked); the default port; ``OnFailure``."""
+    doc = workload("pytorchjob.yaml")
+    del doc["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"]
+    made = made_pods(doc)
+    worker, master = made["pytorch-simple-worker-0"]["spec"], made["pytorch-simple-master-0"]["spec"]
+    (init,) = worker["initContainers"]
+    assert (init["name"], init["image"], init["resources"]["requests"]) == (
+        "init-pytorch", "alpine:3.10", {"cpu": "50m", "memory": "10Mi"})
+    assert "nslookup pytorch-simple-master-0" in init["command"][-1]
+    assert "initContainers" not in master
+    assert worker["restartPolicy"] == "OnFailure"  # the kind's default
+    assert worker["containers"][0]["ports"] == [{"name": "pytorchjob-port", "containerPort": 23456}]
+    worker_pod = pods(prepared(doc))["pytorch-simple-worker-0"]
+    assert worker_pod.requests["cpu"] == pytest.approx(50)  # millicores: the init container's
+    # without a Master no worker waits
+    del doc["spec"]["pytorchReplicaSpecs"]["Master"]
+    assert "initContainers" not in made_pods(doc)["pytorch-simple-worker-0"]["spec"]
+
+
+def test_mpijob_v1_launcher_gets_the_kubectl_delivery_init_container_and_its_service_account() -> None:
+    made = made_pods(workload("mpijob-v1.yaml"))
+    launcher = made["tensorflow-benchmarks-launcher"]["spec"]
+    (init,) = launcher["initContainers"]
+    assert (init["name"], init["resources"]["requests"]) == (
+        "kubectl-delivery", {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"})
+    assert launcher["serviceAccountName"] == "tensorflow-benchmarks-launcher"
+    assert {p["spec"]["restartPolicy"] for p in made.values()} == {"Never"}
+    # a launcher on nodes without ephemeral storage does not fit (as on a real cluster)
+    result = run(queue(QUEUE), node("n1", 8, 64), workload("mpijob-v1.yaml"))
+    assert binds(result) == {}
 
 
 def test_mpijob_v2beta1_launcher_is_a_batch_job() -> None:

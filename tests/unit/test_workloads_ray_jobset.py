@@ -140,6 +140,26 @@ def test_raycluster_pods() -> None:
         heads[0]: "headgroup", gpu[0]: "gpu-group", gpu[1]: "gpu-group", cpu[0]: "cpu-group"}
 
 
+def test_raycluster_pods_get_what_kuberay_adds() -> None:
+    """As KubeRay v1.5.0 (tests/operators/test_embedded.py compares with the real one): the metrics port, the
+    head's ``ray.io/ft-enabled`` annotation, the workers' ``wait-gcs-ready`` init container."""
+    doc = workload("raycluster.yaml")
+    made = created_pods(doc)
+    head = next(p for n, p in made.items() if "-head-" in n)
+    workers = [p for n, p in made.items() if "-worker-" in n]
+    assert head["metadata"]["annotations"] == {"ray.io/ft-enabled": "false"}
+    assert "initContainers" not in head["spec"]
+    assert {"name": "metrics", "containerPort": 8080} in head["spec"]["containers"][0]["ports"]
+    for worker in workers:
+        (init,) = worker["spec"]["initContainers"]
+        assert (init["name"], init["image"]) == ("wait-gcs-ready", worker["spec"]["containers"][0]["image"])
+        assert init["resources"]["requests"] == {"cpu": "200m", "memory": "256Mi"}
+        assert worker["spec"]["containers"][0]["ports"][-1] == {"name": "metrics", "containerPort": 8080}
+    doc["spec"]["gcsFaultToleranceOptions"] = {"redisAddress": "redis:6379"}
+    head = next(p for n, p in created_pods(doc).items() if "-head-" in n)
+    assert head["metadata"]["annotations"] == {"ray.io/ft-enabled": "true"}
+
+
 def test_raycluster_schedules_and_gangs() -> None:
     result = run(cluster(2), workload("raycluster.yaml"))
     assert len(binds(result)) == 4

@@ -17,12 +17,22 @@
 
 Replica counts a manifest leaves out get the operators' defaults (1; an MPIJob's Worker: 0). A job with
 ``spec.runPolicy.suspend: true`` gets no pods, as with the real operators.
+
+What the Training Operator (v1.8.1, checked against the real one in ``tests/operators/test_embedded.py``) adds to
+the pod templates is added too, where the scheduler can see it: the kind's default restart policy for a replica
+spec without one (PyTorchJob ``OnFailure``; TFJob, XGBoostJob, MPIJob ``Never``), the kind's default port on
+its default container (``pytorchjob-port`` 23456, ``tfjob-port`` 2222, ``xgboostjob-port`` 9999), a
+PyTorchJob worker's ``init-pytorch`` init container (when the job has a Master: 50m CPU and 10Mi asked), and
+a v1 MPIJob launcher's ``kubectl-delivery`` init container (100m CPU, 512Mi memory and 5Gi ephemeral storage
+asked: nodes need ``ephemeral-storage`` for the launcher to fit) and service account ``<job>-launcher``. The
+environment variables, volumes and Services the operator also makes are not modelled.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kaisched.cluster.workloads.base import ControllerFn, Emit, Obj, Parent, count, get, suffix
@@ -39,6 +49,31 @@ TRAINJOB_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 NOTEBOOK_STOP_ANNOTATION = "kubeflow-resource-stopped"
 
 MasterRole = Callable[[Mapping[str, Any], str, int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """What the Training Operator's defaulting gives one kind's replicas: restart policy, and the port it adds
+    to the default container (the one of that name, else the first) when no port has the port's name."""
+
+    restart_policy: str
+    container: str = ""
+    port_name: str = ""
+    port: int = 0
+
+
+PYTORCH_DEFAULTS = Defaults("OnFailure", "pytorch", "pytorchjob-port", 23456)
+TF_DEFAULTS = Defaults("Never", "tensorflow", "tfjob-port", 2222)
+XGBOOST_DEFAULTS = Defaults("Never", "xgboost", "xgboostjob-port", 9999)
+MPI_DEFAULTS_V1 = Defaults("Never")
+NO_DEFAULTS = Defaults("")
+#: the init container the Training Operator gives a PyTorchJob's workers when the job has a Master (it waits
+#: for the master's DNS name)
+PYTORCH_INIT_IMAGE = "alpine:3.10"
+PYTORCH_INIT_RESOURCES = {"limits": {"cpu": "100m", "memory": "20Mi"}, "requests": {"cpu": "50m", "memory": "10Mi"}}
+#: the init container of a Training Operator MPIJob's launcher (copies kubectl for mpirun's remote shell)
+MPI_KUBECTL_DELIVERY_IMAGE = "kubeflow/kubectl-delivery:latest"
+MPI_KUBECTL_DELIVERY_RESOURCES = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "5Gi"}
 
 
 # ------------------------------------------------------------------------------------- shared checks
@@ -119,14 +154,32 @@ def _single(emit: Emit, spec_field: str, specs: Mapping[str, tuple[Mapping[str, 
                    f"there must be {'exactly' if exact else 'at most'} 1 {'/'.join(present)} replica, got {total}")
 
 
-def _template(rspec: Mapping[str, Any]) -> Obj:
-    """The replica's pod template with the replica's restart policy applied (``ExitCode`` -> ``Never``)."""
+def _template(rspec: Mapping[str, Any], defaults: Defaults = NO_DEFAULTS) -> Obj:
+    """The replica's pod template with the replica's restart policy (the kind's default when it has none;
+    ``ExitCode`` -> ``Never``) and the kind's default port."""
     template = copy.deepcopy(dict(rspec.get("template") or {}))
     spec = dict(template.get("spec") or {})
     policy = rspec.get("restartPolicy")
-    if isinstance(policy, str) and policy:
+    if not (isinstance(policy, str) and policy):
+        policy = defaults.restart_policy
+    if policy:
         spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
+    containers = spec.get("containers")
+    if defaults.port_name and isinstance(containers, list) and containers:
+        index = next((i for i, c in enumerate(containers)
+                      if isinstance(c, Mapping) and c.get("name") == defaults.container), 0)
+        container = dict(containers[index]) if isinstance(containers[index], Mapping) else {}
+        ports = [p for p in container.get("ports") or [] if isinstance(p, Mapping)]
+        if not any(p.get("name") == defaults.port_name for p in ports):
+            container["ports"] = [*ports, {"name": defaults.port_name, "containerPort": defaults.port}]
+            spec["containers"] = [*containers[:index], container, *containers[index + 1:]]
     template["spec"] = spec
+    return template
+
+
+def _with_init_container(template: Obj, container: Obj) -> Obj:
+    spec = template["spec"]
+    spec["initContainers"] = [*(spec.get("initContainers") or []), container]
     return template
 
 
@@ -136,9 +189,11 @@ def _suspended(w: Workload) -> bool:
 
 # ------------------------------------------------------------------------------------ Training Operator
 def _training_operator(spec_field: str, allowed: Sequence[str], required: Sequence[str], master_role: MasterRole,
-                       single: Sequence[str] = (), exact: bool = True) -> ControllerFn:
+                       single: Sequence[str] = (), exact: bool = True, defaults: Defaults = NO_DEFAULTS,
+                       init: Callable[[Workload, str, Obj], Obj] | None = None) -> ControllerFn:
     """The Training Operator's controller for one kind: ``single`` names the master replica types (one
-    replica in total: exactly, or at most unless ``exact``)."""
+    replica in total: exactly, or at most unless ``exact``); ``init`` adds the init containers the operator
+    gives a replica type's pods."""
 
     def controller(w: Workload, emit: Emit) -> None:
         specs = _replica_specs(w, emit, spec_field, allowed, required, {})
@@ -149,7 +204,9 @@ def _training_operator(spec_field: str, allowed: Sequence[str], required: Sequen
         operator = f"{w.kind.lower()}-controller"
         for rtype, (rspec, replicas) in specs.items():
             rt = rtype.lower()
-            template = _template(rspec)
+            template = _template(rspec, defaults)
+            if init is not None:
+                template = init(w, rtype, template)
             for index in range(replicas):
                 labels = {OPERATOR_NAME_LABEL: operator, JOB_NAME_LABEL: name, REPLICA_TYPE_LABEL: rt,
                           REPLICA_INDEX_LABEL: str(index)}
@@ -166,12 +223,26 @@ def _tf_master(specs: Mapping[str, Any], rtype: str, index: int) -> bool:
     return rtype == "Worker" and index == 0
 
 
+def _pytorch_init(w: Workload, rtype: str, template: Obj) -> Obj:
+    """A worker of a job with a Master waits for the master's name to resolve (``init-pytorch``)."""
+    specs = w.spec.get("pytorchReplicaSpecs")
+    if rtype != "Worker" or not isinstance(specs, Mapping) or "Master" not in specs:
+        return template
+    master = f"{w.meta.name}-master-0"
+    command = ["sh", "-c", f"err=1;for i in $(seq 100); do if nslookup {master}; then err=0 && break; fi;"
+               "echo waiting for master; sleep 2; done; exit $err"]
+    return _with_init_container(template, {"name": "init-pytorch", "image": PYTORCH_INIT_IMAGE,
+                                           "imagePullPolicy": "IfNotPresent", "command": command,
+                                           "resources": copy.deepcopy(PYTORCH_INIT_RESOURCES)})
+
+
 tfjob = _training_operator("tfReplicaSpecs", ("Chief", "Master", "PS", "Worker", "Evaluator"), (), _tf_master,
-                           ("Chief", "Master"), exact=False)
+                           ("Chief", "Master"), exact=False, defaults=TF_DEFAULTS)
 pytorchjob = _training_operator("pytorchReplicaSpecs", ("Master", "Worker"), (),
-                                lambda _s, rtype, _i: rtype == "Master", ("Master",))
+                                lambda _s, rtype, _i: rtype == "Master", ("Master",), defaults=PYTORCH_DEFAULTS,
+                                init=_pytorch_init)
 xgboostjob = _training_operator("xgbReplicaSpecs", ("Master", "Worker"), ("Master",),
-                                lambda _s, rtype, _i: rtype == "Master", ("Master",))
+                                lambda _s, rtype, _i: rtype == "Master", ("Master",), defaults=XGBOOST_DEFAULTS)
 jaxjob = _training_operator("jaxReplicaSpecs", ("Worker",), ("Worker",), lambda _s, _rtype, index: index == 0)
 
 
@@ -200,12 +271,18 @@ def _mpijob_v1(w: Workload, emit: Emit, specs: Mapping[str, tuple[Mapping[str, A
     generic = {OPERATOR_NAME_LABEL: "mpijob-controller", JOB_NAME_LABEL: name}
     if "Worker" in specs:
         rspec, replicas = specs["Worker"]
-        template = _template(rspec)
+        template = _template(rspec, MPI_DEFAULTS_V1)
         for index in range(replicas):
             emit.pod(f"{name}-worker-{index}", template,
                      labels={**generic, REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: str(index)})
-    emit.pod(f"{name}-launcher", _template(specs["Launcher"][0]),
-             labels={**generic, REPLICA_TYPE_LABEL: "launcher", JOB_ROLE_LABEL: "master"})
+    launcher = _template(specs["Launcher"][0], MPI_DEFAULTS_V1)
+    if not launcher["spec"].get("serviceAccountName"):
+        launcher["spec"]["serviceAccountName"] = f"{name}-launcher"
+    _with_init_container(launcher, {
+        "name": "kubectl-delivery", "image": MPI_KUBECTL_DELIVERY_IMAGE, "imagePullPolicy": "IfNotPresent",
+        "resources": {"limits": dict(MPI_KUBECTL_DELIVERY_RESOURCES),
+                      "requests": dict(MPI_KUBECTL_DELIVERY_RESOURCES)}})
+    emit.pod(f"{name}-launcher", launcher, labels={**generic, REPLICA_TYPE_LABEL: "launcher", JOB_ROLE_LABEL: "master"})
 
 
 def _mpijob_v2(w: Workload, emit: Emit, specs: Mapping[str, tuple[Mapping[str, Any], int]]) -> None:

@@ -12,6 +12,13 @@
   RayJob with ``clusterSelector`` runs on an existing cluster and creates nothing; a suspended one neither.
   The submitter Job KubeRay starts once the cluster is ready is not created.
 * RayService: likewise from ``spec.rayClusterConfig`` (the active cluster's name when the status gives one).
+
+As KubeRay v1.5.0 makes them (checked against the real operator in ``tests/operators/test_embedded.py``): the
+Ray container (the first) gets the ``metrics`` port 8080 when it has none of that name, the head the annotation
+``ray.io/ft-enabled`` (``true`` with GCS fault tolerance), and each worker the ``wait-gcs-ready`` init
+container (the Ray image; 200m CPU and 256Mi memory asked and limited). KubeRay's environment variables,
+volumes and head Service are not modelled, nor the operator's ``--batch-scheduler=kai-scheduler`` option (with
+it, KubeRay sets ``schedulerName`` and copies the RayCluster's queue label onto the pods).
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ HEAD_GROUP = "headgroup"
 MAX_REPLICAS = 2**31 - 1
 AUTOSCALER_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
 POD_PREFIX_MAX = 50  # KubeRay truncates the pod name prefix so that "-worker-" and a suffix fit in 63
+METRICS_PORT = {"name": "metrics", "containerPort": 8080}
+FT_ENABLED_ANNOTATION = "ray.io/ft-enabled"
+WAIT_GCS_READY_RESOURCES = {"cpu": "200m", "memory": "256Mi"}
 
 
 def _pod_prefix(prefix: str) -> str:
@@ -130,8 +140,42 @@ def _with_autoscaler(head: Mapping[str, Any], options: Mapping[str, Any]) -> dic
     return {**head, "spec": spec}
 
 
+def _ray_node_template(template: Mapping[str, Any], *, head: bool, ft_enabled: bool) -> dict[str, Any]:
+    """The pod template KubeRay makes of a group's: the metrics port on the Ray container; the head's
+    ``ray.io/ft-enabled`` annotation; a worker's ``wait-gcs-ready`` init container."""
+    spec = dict(_mapping(template.get("spec")))
+    containers = list(spec.get("containers") or [])
+    if containers and isinstance(containers[0], Mapping):
+        ray = dict(containers[0])
+        ports = [p for p in ray.get("ports") or [] if isinstance(p, Mapping)]
+        if not any(p.get("name") == METRICS_PORT["name"] for p in ports):
+            ray["ports"] = [*ports, dict(METRICS_PORT)]
+        containers[0] = ray
+        spec["containers"] = containers
+        if not head:
+            init = {"name": "wait-gcs-ready", "image": ray.get("image"),
+                    "resources": {"limits": dict(WAIT_GCS_READY_RESOURCES),
+                                  "requests": dict(WAIT_GCS_READY_RESOURCES)}}
+            if ray.get("imagePullPolicy"):
+                init["imagePullPolicy"] = ray["imagePullPolicy"]
+            spec["initContainers"] = [*(spec.get("initContainers") or []), init]
+    out = {**template, "spec": spec}
+    if head:
+        meta = dict(_mapping(template.get("metadata")))
+        meta["annotations"] = {**_mapping(meta.get("annotations")), FT_ENABLED_ANNOTATION: str(ft_enabled).lower()}
+        out["metadata"] = meta
+    return out
+
+
+def _ft_enabled(spec: Mapping[str, Any], annotations: Mapping[str, str]) -> bool:
+    """GCS fault tolerance: ``spec.gcsFaultToleranceOptions`` set, or the cluster annotated ``ray.io/ft-enabled:
+    "true"``."""
+    return isinstance(spec.get("gcsFaultToleranceOptions"), Mapping) or \
+        str(annotations.get(FT_ENABLED_ANNOTATION, "")).lower() == "true"
+
+
 def emit_ray_cluster_pods(emit: Emit, spec: Mapping[str, Any], cluster: str, parent: Parent | None,
-                          prefix: str) -> None:
+                          prefix: str, annotations: Mapping[str, str] | None = None) -> None:
     """The pods KubeRay runs for a RayCluster spec, owned by ``parent`` (the RayCluster)."""
     if spec.get("suspend") is True:
         return
@@ -147,16 +191,18 @@ def emit_ray_cluster_pods(emit: Emit, spec: Mapping[str, Any], cluster: str, par
     seed = parent.uid if parent is not None else emit.parent.uid
     if spec.get("enableInTreeAutoscaling") is True:
         head = _with_autoscaler(head, _mapping(spec.get("autoscalerOptions")))
+    head = _ray_node_template(head, head=True, ft_enabled=_ft_enabled(spec, annotations or {}))
     emit.pod(f"{_pod_prefix(cluster)}-head-{suffix(f'{seed}/head')}", head, parent=parent,
              labels=_node_labels(cluster, "head", HEAD_GROUP))
     for group in groups:
+        template = _ray_node_template(group.template, head=False, ft_enabled=False)
         for i in range(group.pods):
             name = f"{_pod_prefix(f'{cluster}-{group.name}')}-worker-{suffix(f'{seed}/{group.name}/{i}')}"
-            emit.pod(name, group.template, parent=parent, labels=_node_labels(cluster, "worker", group.name))
+            emit.pod(name, template, parent=parent, labels=_node_labels(cluster, "worker", group.name))
 
 
 def run_ray_cluster(w: Workload, emit: Emit) -> None:
-    emit_ray_cluster_pods(emit, w.spec, w.meta.name, None, "spec")
+    emit_ray_cluster_pods(emit, w.spec, w.meta.name, None, "spec", w.meta.annotations)
 
 
 def _run_owned_cluster(w: Workload, emit: Emit, spec_field: str, crd: str, status_name: object) -> None:
@@ -173,7 +219,7 @@ def _run_owned_cluster(w: Workload, emit: Emit, spec_field: str, crd: str, statu
     if len(emit.errors) > before:
         return
     cluster = emit.child(w.api_version, "RayCluster", name, spec, labels=labels, annotations=meta.annotations)
-    emit_ray_cluster_pods(emit, spec, name, cluster, f"spec.{spec_field}")
+    emit_ray_cluster_pods(emit, spec, name, cluster, f"spec.{spec_field}", meta.annotations)
 
 
 def run_ray_job(w: Workload, emit: Emit) -> None:
