@@ -135,7 +135,7 @@ def test_the_summary_wraps_between_phrases_within_columns(tmp_path: Path) -> Non
     # every phrase of the wide summary is whole on some line of the narrow one
     for line in wide.stdout.splitlines()[1:3]:
         for phrase in line.removeprefix("tiny: ").split(" · "):
-            if len(phrase) <= 54:
+            if len(phrase) <= 54 and not phrase.endswith(" s wall"):  # (the two runs' wall times may differ)
                 assert any(phrase.strip() in n for n in summary), phrase
 
 
