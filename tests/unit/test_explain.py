@@ -172,6 +172,10 @@ def test_get_queues_and_jobs(tmp_path: Path) -> None:
                                        env={"COLUMNS": str(width)})
             assert table.exit_code == 0, table.output
             assert max(len(line) for line in table.output.splitlines()) <= width
+            lines = table.output.splitlines()
+            assert len(lines) == 1 + len(rows)  # one line a job: KAI's reason is a code, cut but never folded
+            assert all(line.split()[-1] in ("PodSchedulingErrors", "1") or line.endswith("…")
+                       for line in lines[1:] if output == "wide")
     wide = CliRunner().invoke(cli, ["get", "jobs", "-f", str(path), "--now", NOW, "-o", "wide"],
                               env={"COLUMNS": "160"})
     header = wide.output.splitlines()[0].split()

@@ -100,7 +100,7 @@ def get_command(kind: str, paths: tuple[str, ...], kubeconfig: str | None, conte
         columns = [("JOB", "key"), ("QUEUE", "key"), ("PRIO", "num"), ("PREEMPT", "key"), ("STATE", "key"),
                    ("REASON", "key"), ("AGE", "num"), ("GPUS", "num")]
         if wide:
-            columns += [("PODS", "num"), ("KAI REASON", "text")]
+            columns += [("PODS", "num"), ("KAI REASON", "key")]  # (a code: cut with an ellipsis, never folded)
         cells = []
         for r in rows:
             row = [r["name"], r["queue"], str(r["priority"]), "yes" if r["preemptible"] else "no", r["state"],
