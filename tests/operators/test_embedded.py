@@ -22,8 +22,8 @@ import pytest
 from kaisched.cluster.workloads import CONTROLLERS
 from kaisched.cluster.workloads.base import Emit
 from kaisched.k8s.parse import parse_objects
-from tests.kube.contract_helpers import JSON, QUEUE_LABEL, SCHEDULER_NAME
-from tests.operators.cluster import KUBEFLOW, RAY, OperatorCluster, mpijob, pytorchjob, raycluster
+from tests.kube.contract_helpers import JSON, QUEUE_LABEL, SCHEDULER_NAME, WAIT_S, wait_until
+from tests.operators.cluster import KUBEFLOW, RAY, OperatorCluster, mpijob, ns_path, pytorchjob, raycluster, rayjob
 from tests.operators.operators import OperatorProcess
 
 pytestmark = pytest.mark.operators
@@ -33,15 +33,19 @@ GPU_CONTAINER: JSON = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
 RAY_SUFFIX = re.compile(r"-[bcdfghjklmnpqrstvwxz2456789]{5}$")
 
 
-def embedded_pods(workload: Mapping[str, Any]) -> list[JSON]:
-    """The pods kaisched's embedded controller makes for ``workload`` (the object as the API returned it)."""
+def embedded_objects(workload: Mapping[str, Any]) -> list[JSON]:
+    """What kaisched's embedded controller makes for ``workload`` (the object as the API returned it)."""
     parsed = parse_objects([dict(workload)])
     assert parsed.errors == [], parsed.errors
     (w,) = parsed.workloads
     emit = Emit(w)
     CONTROLLERS[(w.group, w.kind)](w, emit)
     assert emit.errors == [], emit.errors
-    return [o for o in emit.objects if o["kind"] == "Pod"]
+    return emit.objects
+
+
+def embedded_pods(workload: Mapping[str, Any]) -> list[JSON]:
+    return [o for o in embedded_objects(workload) if o["kind"] == "Pod"]
 
 
 def _container(c: Mapping[str, Any]) -> JSON:
@@ -122,6 +126,18 @@ def test_the_embedded_training_operator_makes_the_mpijob_pods_the_real_one_makes
         ("kubectl-delivery", "5Gi")]
 
 
+def shaped(pods: list[JSON]) -> dict[str, JSON]:
+    """Pods keyed by name without KubeRay's random suffix, numbered within a group."""
+    out: dict[str, JSON] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        name = pod["metadata"]["name"]
+        assert RAY_SUFFIX.search(name), f"pod name {name}: not <prefix>-<5 random characters>"
+        stem = RAY_SUFFIX.sub("", name)
+        key = f"{stem}#{sum(1 for k in out if k.startswith(stem + '#'))}"
+        out[key] = projection(pod, name=stem)
+    return out
+
+
 def test_the_embedded_kuberay_makes_the_raycluster_pods_the_real_one_makes(
     cluster: OperatorCluster, kuberay_without_batch_scheduler: OperatorProcess,
 ) -> None:
@@ -135,21 +151,45 @@ def test_the_embedded_kuberay_makes_the_raycluster_pods_the_real_one_makes(
     cluster.wait_pods(4, "RayCluster rc", {"ray.io/cluster": "rc"})
     made = cluster.get(f"{RAY}/rayclusters", "rc")
     assert made is not None
-
-    def shaped(pods: list[JSON]) -> dict[str, JSON]:
-        """Pods keyed by name without the random suffix, numbered within a group."""
-        out: dict[str, JSON] = {}
-        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-            name = pod["metadata"]["name"]
-            assert RAY_SUFFIX.search(name), f"pod name {name}: not <prefix>-<5 random characters>"
-            stem = RAY_SUFFIX.sub("", name)
-            key = f"{stem}#{sum(1 for k in out if k.startswith(stem + '#'))}"
-            out[key] = projection(pod, name=stem)
-        return out
-
     real = shaped(owned_by(cluster, made))
     assert sorted(real) == ["rc-head#0", "rc-large-worker#0", "rc-large-worker#1", "rc-small-worker#0"]
     assert_same_pods(real, shaped(embedded_pods(made)))
     assert real["rc-head#0"]["annotations"] == {"ray.io/ft-enabled": "false"}
     assert [c["name"] for c in real["rc-small-worker#0"]["initContainers"]] == ["wait-gcs-ready"]
     assert all(QUEUE_LABEL not in p["labels"] for p in real.values())
+
+
+def test_the_embedded_kuberay_makes_the_rayjob_cluster_and_pods_the_real_one_makes(
+    cluster: OperatorCluster, kuberay_without_batch_scheduler: OperatorProcess,
+) -> None:
+    manifest = rayjob("sample", "team-a", {"workers": (2, 2, 2)}, scheduler_name=SCHEDULER_NAME)
+    manifest["metadata"]["annotations"] = {"example.com/team": "vision"}
+    made = cluster.create(f"{RAY}/rayjobs", manifest)
+    ray_clusters = wait_until(lambda: cluster.kube.items(ns_path(f"{RAY}/rayclusters", cluster.ns)), WAIT_S,
+                              "the RayJob's RayCluster", describe=cluster.describe)
+    (real_cluster,) = ray_clusters
+    name = real_cluster["metadata"]["name"]
+    cluster.wait_pods(3, f"RayCluster {name}", {"ray.io/cluster": name})
+    job = cluster.get(f"{RAY}/rayjobs", "sample")
+    assert job is not None and job["status"]["rayClusterName"] == name
+
+    # the cluster's name: <rayjob>-<5 random characters>, also when the status does not name it yet
+    assert re.fullmatch(r"sample" + RAY_SUFFIX.pattern, name), name
+    unnamed = embedded_objects({**made, "status": {}})
+    (fresh,) = [o for o in unnamed if o["kind"] == "RayCluster"]
+    assert re.fullmatch(r"sample" + RAY_SUFFIX.pattern, fresh["metadata"]["name"]), fresh["metadata"]["name"]
+
+    objects = embedded_objects(job)
+    (own_cluster,) = [o for o in objects if o["kind"] == "RayCluster"]
+
+    def cluster_view(obj: Mapping[str, Any]) -> JSON:
+        meta = obj["metadata"]
+        return {"name": meta["name"], "labels": meta.get("labels"), "annotations": meta.get("annotations"),
+                "owners": [(r["apiVersion"], r["kind"], r["name"], r.get("controller"))
+                           for r in meta.get("ownerReferences") or ()],
+                "workerGroups": [(g["groupName"], g["replicas"]) for g in obj["spec"]["workerGroupSpecs"]]}
+
+    assert cluster_view(own_cluster) == cluster_view(real_cluster)
+    real_pods = shaped(owned_by(cluster, real_cluster))
+    assert sorted(real_pods) == [f"{name}-head#0", f"{name}-workers-worker#0", f"{name}-workers-worker#1"]
+    assert_same_pods(real_pods, shaped([o for o in objects if o["kind"] == "Pod"]))

@@ -186,7 +186,7 @@ def test_rayjob_creates_its_cluster() -> None:
     clusters = [w for w in out.workloads if w.kind == "RayCluster"]
     assert len(clusters) == 1
     rc = clusters[0]
-    assert re.fullmatch(f"rayjob-sample-raycluster-{SUFFIX}", rc.meta.name)
+    assert re.fullmatch(f"rayjob-sample-{SUFFIX}", rc.meta.name)  # KubeRay v1.5.0: <rayjob>-<5 characters>
     assert owner(rc) == ("RayJob", "rayjob-sample")
     assert rc.api_version == "ray.io/v1"
     assert rc.meta.labels["ray.io/originated-from-cr-name"] == "rayjob-sample"
@@ -281,7 +281,7 @@ def test_rayservice_is_inference_by_its_ray_priority_label() -> None:
     assert (pg.queue, pg.min_member, pg.priority_class_name) == (QUEUE, 2, "inference")
     assert pg.sub_groups == (SubGroup("headgroup", 1), SubGroup("small-group", 1))
     (rc,) = [w for w in out.workloads if w.kind == "RayCluster"]
-    assert re.fullmatch(f"rayservice-sample-raycluster-{SUFFIX}", rc.meta.name)
+    assert re.fullmatch(f"rayservice-sample-{SUFFIX}", rc.meta.name)
     assert owner(rc) == ("RayService", "rayservice-sample")
     assert rc.meta.labels["ray.io/originated-from-crd"] == "RayService"
     result = run(cluster(1), workload("rayservice.yaml"))

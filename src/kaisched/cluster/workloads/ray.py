@@ -6,7 +6,7 @@
   ``ray.io/node-type`` (``head`` / ``worker``), ``ray.io/group`` (``headgroup`` / the group name),
   ``ray.io/identifier`` and ``ray.io/is-ray-node: "yes"``; ``spec.suspend: true`` creates none. With
   ``enableInTreeAutoscaling`` the head pod also runs the autoscaler sidecar (its resources count).
-* RayJob: the RayCluster ``<rayjob>-raycluster-<suffix>`` (the name ``status.rayClusterName`` gives, when it
+* RayJob: the RayCluster ``<rayjob>-<suffix>`` (the name ``status.rayClusterName`` gives, when it
   gives one) from ``spec.rayClusterSpec``, owned by the RayJob, carrying the RayJob's labels and
   annotations plus ``ray.io/originated-from-cr-name`` / ``ray.io/originated-from-crd``, and its pods. A
   RayJob with ``clusterSelector`` runs on an existing cluster and creates nothing; a suspended one neither.
@@ -212,7 +212,7 @@ def _run_owned_cluster(w: Workload, emit: Emit, spec_field: str, crd: str, statu
         return
     meta = w.meta
     name = status_name if isinstance(status_name, str) and status_name else \
-        f"{meta.name}-raycluster-{suffix(f'{emit.parent.uid}/raycluster')}"
+        f"{meta.name}-{suffix(f'{emit.parent.uid}/raycluster')}"
     labels = {**meta.labels, ORIGINATED_FROM_NAME_LABEL: meta.name, ORIGINATED_FROM_CRD_LABEL: crd}
     before = len(emit.errors)
     _worker_groups(emit, spec, f"spec.{spec_field}")  # validate before creating anything
