@@ -416,3 +416,23 @@ def test_only_the_first_json_value_is_read_as_gos_decoder_does() -> None:
     text = json.dumps(K.document()) + "\n{\"more\": true}\n"
     snap = load_snapshot(K.zip_bytes({"snapshot.json": text.encode()}))
     assert snap.counts()["pods"] == 3
+
+
+def test_usage_history_for_time_based_fair_share(tmp_path: Path) -> None:
+    """The snapshot has usageDBConfig but no history: --usage gives one, as for kaisched schedule."""
+    config = {"actions": K.ACTIONS, "tiers": K.TIERS,
+              "usageDBConfig": {"clientType": "prometheus", "connectionString": "http://prometheus:9090"}}
+    data = K.snapshot(config=config)
+    usage = tmp_path / "usage.yaml"
+    usage.write_text("queues:\n  team-a: {gpu: 0.1}\n  team-b: {gpu: 0.6}\n")
+    plain = replay(tmp_path, data, "-o", "json")
+    assert plain.exit_code == 0 and "without --usage the queues are divided by weight only" in plain.stderr
+    assert all(not q.get("usage") for q in json.loads(plain.stdout)["queues"])
+    given = replay(tmp_path, data, "-o", "json", "--usage", str(usage))
+    assert given.exit_code == 0, given.output
+    queues = {q["name"]: q for q in json.loads(given.stdout)["queues"]}
+    assert queues["team-b"]["usage"]["gpu"] > queues["team-a"]["usage"]["gpu"]
+    explained = replay(tmp_path, data, "--explain", "train", "-n", "team", "--usage", str(usage), "-o", "json", "-q")
+    assert explained.exit_code == 0 and json.loads(explained.stdout)["job"] == "team/train"
+    bad = replay(tmp_path, data, "--usage", str(tmp_path / "missing.yaml"))
+    assert bad.exit_code == 2

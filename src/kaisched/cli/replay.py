@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 import click
 import yaml
 
-from kaisched.cli.schedule import _parse_now, input_limits
+from kaisched.cli.schedule import _parse_now, input_limits, usage_input
 from kaisched.k8s.loader import MAX_INPUT_BYTES_ENV, InputLimits
 
 if TYPE_CHECKING:
     from kaisched.cluster.replay import Replay
+    from kaisched.model.usage import UsageTable
 
 EXAMPLES = """\
 \b
@@ -41,6 +42,9 @@ def _say(text: str) -> None:
 @click.option("--now", "now", default=None,
               help="Time of the cycle (RFC3339); default: the capture time of a kaisched snapshot, else the current "
                    "time (as KAI's snapshot-tool).")
+@click.option("--usage", "usage_path", default=None, metavar="FILE|URL",
+              help="Each queue's historical usage for time-based fair share (the snapshot has none): a file "
+                   "(docs/fairness.md) or a Prometheus URL, queried with the snapshot's usageDBConfig.usageParams.")
 @click.option("--explain", "explain_name", default=None, metavar="NAME",
               help="Instead of the decisions: explain why pod or PodGroup NAME (in --namespace) is pending.")
 @click.option("-n", "--namespace", default="default", show_default=True, help="The namespace of --explain NAME.")
@@ -56,8 +60,8 @@ def _say(text: str) -> None:
 @click.option("--max-input-bytes", default=None, metavar="BYTES",
               help=f"Read at most this much of the ZIP and of its snapshot.json (bytes, or a quantity like 2Gi; "
                    f"default 1Gi, or ${MAX_INPUT_BYTES_ENV}); more is refused (exit status 2).")
-def replay_command(snapshot: str, now: str | None, explain_name: str | None, namespace: str, diff_log: str | None,
-                   output: str, max_rows: int, quiet: bool, max_input_bytes: str | None) -> None:
+def replay_command(snapshot: str, now: str | None, usage_path: str | None, explain_name: str | None, namespace: str,
+                   diff_log: str | None, output: str, max_rows: int, quiet: bool, max_input_bytes: str | None) -> None:
     """Replay SNAPSHOT, a KAI snapshot ZIP (KAI's GET /get-snapshot, v0.13 or v0.17, or kaisched's own), as KAI's
     snapshot-tool does: one cycle of the snapshot's own actions with its own plugin tiers and scheduler params
     over its objects, the node-pool partition filtering nodes, queues and PodGroups. Prints the decisions as
@@ -91,10 +95,11 @@ def replay_command(snapshot: str, now: str | None, explain_name: str | None, nam
         for warning in replay.warnings:
             _say(warning)
     when = when or replay.default_now()
+    usage = usage_input(usage_path, replay.config, when, "replay") if usage_path is not None else None
     if explain_name is not None:
-        _explain(replay, explain_name, namespace, when, output)
+        _explain(replay, explain_name, namespace, when, output, usage)
         return
-    result = run_replay(replay, when)
+    result = run_replay(replay, when, usage)
     if log_text is not None:
         from kaisched.cluster.kai_log import compare, cycle_decisions, read_kai_log
 
@@ -135,14 +140,19 @@ def _read_log(path: str, limits: InputLimits) -> str:
         sys.exit(2)
 
 
-def _explain(replay: Replay, name: str, namespace: str, when: datetime, output: str) -> None:
+def _explain(replay: Replay, name: str, namespace: str, when: datetime, output: str,
+             usage: UsageTable | None) -> None:
     """Explain pod or PodGroup ``name`` on the snapshot (the objects as they are: no pod-grouper, as KAI's tool)."""
     from kaisched.cluster.schedule import no_cyclic_gc
-    from kaisched.explain import ExplainError, explain_job, render_text
+    from kaisched.explain import ExplainError, explain_key, find_job, render_text, run_cycle
+    from kaisched.model.snapshot import build_snapshot
 
+    options = replay.options()
     try:
         with no_cyclic_gc():
-            exp = explain_job(replay.objects, name, namespace, replay.config, when, live=True)
+            jobs = dict(build_snapshot(replay.objects, when, options).jobs)
+            exp = explain_key(find_job(jobs, name, namespace), jobs,
+                              run_cycle(replay.objects, replay.config, when, options, usage))
     except ExplainError as exc:
         _say(str(exc))
         sys.exit(1)

@@ -31,6 +31,7 @@ from kaisched.k8s.kai_snapshot import (
 )
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.model.snapshot import SnapshotOptions, forget_cached_facts
+from kaisched.model.usage import UsageTable
 from kaisched.plugins.registry import ACCEPTED_WITHOUT_EFFECT, PLUGINS
 
 
@@ -93,7 +94,8 @@ def replay_config(snap: KaiSnapshot) -> SchedulerConfig:
     else:
         warnings.append("config.tiers: no plugin kaisched runs; KAI's default plugins are used")
     if "usageDBConfig" in snap.config:
-        warnings.append("config.usageDBConfig: a replay has no usage history; the queues are divided by weight only")
+        warnings.append("config.usageDBConfig: a snapshot holds no usage history; without --usage the queues are "
+                        "divided by weight only")
     try:
         return SchedulerConfig.from_mapping(mapping)
     except ConfigError as exc:
@@ -116,11 +118,12 @@ def prepare_replay(snap: KaiSnapshot) -> Replay:
     return Replay(snap, config, objects)
 
 
-def run_replay(replay: Replay, now: datetime | None = None) -> CycleResult:
-    """One session of the snapshot's actions over its objects, as KAI's snapshot-tool runs it."""
+def run_replay(replay: Replay, now: datetime | None = None, usage: UsageTable | None = None) -> CycleResult:
+    """One session of the snapshot's actions over its objects, as KAI's snapshot-tool runs it (``usage``: the
+    queues' historical usage for time-based fair share; None: weight-only division)."""
     when = now or replay.default_now()
     with no_cyclic_gc():
-        return run_prepared_cycle(replay.objects, replay.config, when, options=replay.options())
+        return run_prepared_cycle(replay.objects, replay.config, when, usage=usage, options=replay.options())
 
 
 # ------------------------------------------------------------------------------------------- writing
