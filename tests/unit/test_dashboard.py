@@ -18,6 +18,7 @@ from kaisched.k8s.loader import load_objects
 from kaisched.web import Dashboard, DashboardServer, handle
 
 CLUSTER = Path(__file__).with_name("dashboard_cluster.yaml")
+DRA_EXAMPLE = Path(__file__).parents[2] / "examples" / "dra-gpus.yaml"
 NOW = datetime(2026, 1, 1, 1, tzinfo=UTC)
 
 
@@ -95,6 +96,31 @@ def test_kaisched_run_wiring() -> None:
     assert answer is not None and json.loads(answer[2])["queues"][0]["allocated"] == 2.0
     assert route("/metrics") is None
     assert board.history.to_dict()["decisions"][0]["pod"] == "ml/small"
+
+
+def test_kaisched_run_sees_the_jobs_as_its_cycle_does() -> None:
+    """Kubernetes mode's cycle makes no claim from a ResourceClaimTemplate (the cluster's resourceclaim controller
+    does): the dashboard's jobs are read the same way, so a pod whose claim is not made yet is shown as that cycle
+    (and kaisched explain --kubeconfig) sees it, not with the template's GPUs."""
+    from types import SimpleNamespace
+
+    from kaisched.cli.dashboard import attach
+    from kaisched.cluster.schedule import prepare
+    from kaisched.explain import job_rows
+
+    config = resolve_config(SchedulerConfig())
+    scheduler: Any = SimpleNamespace(config=config, cycle_listeners=[], http_routes=[])
+    board = attach(scheduler)
+    prepared = prepare(load_objects([DRA_EXAMPLE]), config, NOW)
+    jobs, result = run_view(prepared, config, NOW, live=True)  # the objects and the cycle of Kubernetes mode
+    scheduler.cycle_listeners[0](prepared, result, NOW)
+    doc = json.loads(board.data() or b"{}")
+    live = {r["name"]: r for r in job_rows(jobs, result, NOW)}
+    trains = [r for r in doc["pending"] if "/pg-train-" in r["name"]]
+    assert len(trains) == 4
+    for row in trains:
+        assert (row["gpus"], row["code"]) == (live[row["name"]]["gpus"], live[row["name"]]["code"]) == (
+            0.0, "misconfigured")
 
 
 @pytest.mark.parametrize(("target", "status"), [

@@ -203,7 +203,8 @@ def attach(scheduler: KubeScheduler, *, rebuild_every: float = 10.0, watched_wit
     dashboard = Dashboard(source="kaisched run")
     params = scheduler.config.params
     options = SnapshotOptions(full_hierarchy_fairness=params.full_hierarchy_fairness,
-                              scheduler_name=params.scheduler_name)
+                              scheduler_name=params.scheduler_name,
+                              make_template_claims=False)  # (as the scheduler's cycle: the cluster makes them)
 
     def on_cycle(prepared: ParsedObjects, result: CycleResult, now: datetime) -> None:
         try:
