@@ -29,7 +29,7 @@ def _board() -> Dashboard:
     return board
 
 
-def _json(board: Dashboard, target: str) -> tuple[int, dict]:
+def _json(board: Dashboard, target: str) -> tuple[int, dict[str, Any]]:
     response = handle(board, target)
     assert response is not None
     status, content_type, body = response
