@@ -99,7 +99,7 @@ def test_args_become_params_and_the_rest_is_listed() -> None:
     ({"args": {"detailed-fit-errors": "maybe"}}, "spec.args.detailed-fit-errors: expected true or false"),
     ({"plugins": {"elastic": {"enabled": "no"}}}, "spec.plugins.elastic.enabled: expected true or false"),
     ({"kValue": "high"}, "spec.kValue: expected a number"),
-    ({"plugins": []}, "spec.plugins: expected a mapping"),
+    ({"plugins": []}, "spec.plugins: expected an object, got a list"),
 ])
 def test_unusable_shards_are_errors_naming_the_field(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=None) as info:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kaisched.framework.config import ConfigError, SchedulerConfig, SchedulerParams, SearchBudgets
+from kaisched.k8s.kai_snapshot import mapping_at as expect_mapping
 
 BINPACK: Final = "binpack"
 SPREAD: Final = "spread"
@@ -69,11 +70,7 @@ def _name(obj: Mapping[str, Any], kind: str) -> str:
 
 def mapping_at(value: object, where: str) -> Mapping[str, Any]:
     """``value`` when it is a mapping ({} for None), else a ConfigError naming ``where``."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-    return value
+    return expect_mapping(value, where, ConfigError)
 
 
 def _strategy(placement: Mapping[str, Any], key: str, where: str) -> str:

@@ -208,12 +208,14 @@ def describe(value: object) -> str:
     return "an object"
 
 
-def _object(value: object, where: str) -> Mapping[str, Any]:
+def mapping_at(value: object, where: str, error: type[ValueError] = SnapshotError) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object or mapping ({} for null), else ``error`` naming ``where``."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise SnapshotError(f"{where}: expected an object, got {describe(value)}")
+        raise error(f"{where}: expected an object, got {describe(value)}")
     return value
+
 
 
 def from_document(doc: object, *, source: str = "snapshot") -> KaiSnapshot:
@@ -230,20 +232,20 @@ def from_document(doc: object, *, source: str = "snapshot") -> KaiSnapshot:
                             "is required: KAI's snapshot-tool crashes without it)")
     if doc.get("rawObjects") is None:
         raise SnapshotError("rawObjects: missing; a snapshot without objects has nothing to replay")
-    params_raw = _object(doc["schedulerParams"], "schedulerParams")
+    params_raw = mapping_at(doc["schedulerParams"], "schedulerParams")
     params, key, value = _params(params_raw, warnings)
     captured: datetime | None = None
-    own = _object(doc.get(KAISCHED_KEY), KAISCHED_KEY)
-    extra = _object(own.get("params"), f"{KAISCHED_KEY}.params")
+    own = mapping_at(doc.get(KAISCHED_KEY), KAISCHED_KEY)
+    extra = mapping_at(own.get("params"), f"{KAISCHED_KEY}.params")
     params.update({str(k): v for k, v in extra.items()})
     if own.get("capturedAt") is not None:
         captured = _rfc3339(own["capturedAt"], f"{KAISCHED_KEY}.capturedAt")
-    config_raw = _object(doc.get("config"), "config")
+    config_raw = mapping_at(doc.get("config"), "config")
     actions, tiers, config = _config(config_raw, warnings)
-    raw = _raw_objects(_object(doc["rawObjects"], "rawObjects"), warnings)
-    server_version = _server_version(_object(doc.get("discovery"), "discovery"))
+    raw = _raw_objects(mapping_at(doc["rawObjects"], "rawObjects"), warnings)
+    server_version = _server_version(mapping_at(doc.get("discovery"), "discovery"))
     v017 = ("scenarioSearchBudgets" in config_raw or "stuckInReleasingThreshold" in params_raw
-            or any(k in _object(doc["rawObjects"], "rawObjects") for k in V017_ONLY_KEYS))
+            or any(k in mapping_at(doc["rawObjects"], "rawObjects") for k in V017_ONLY_KEYS))
     return KaiSnapshot(actions=actions, tiers=tiers, config=config, params=params, raw_objects=raw,
                        partition_key=key, partition_value=value, server_version=server_version,
                        kai_version="v0.17" if v017 else "v0.13", captured_at=captured, warnings=warnings,
@@ -263,7 +265,7 @@ def _rfc3339(value: object, where: str) -> datetime:
 
 
 def _server_version(discovery: Mapping[str, Any]) -> str:
-    server = _object(discovery.get("serverVersion"), "discovery.serverVersion")
+    server = mapping_at(discovery.get("serverVersion"), "discovery.serverVersion")
     git, major, minor = server.get("gitVersion"), server.get("major"), server.get("minor")
     if isinstance(git, str) and git:
         return git
@@ -339,7 +341,7 @@ def _params(raw: Mapping[str, Any], warnings: list[str]) -> tuple[dict[str, Any]
         warnings.append("schedulerParams.partitionParams: missing (KAI's snapshot-tool crashes without it); every "
                         "node, queue and PodGroup is taken")
         return params, "", ""
-    partition = _object(raw["partitionParams"], "schedulerParams.partitionParams")
+    partition = mapping_at(raw["partitionParams"], "schedulerParams.partitionParams")
     # the Go struct has no JSON tags: encoding/json matches its field names case-insensitively
     folded = {str(k).lower(): (str(k), v) for k, v in partition.items()}
     values: list[str] = []
@@ -369,14 +371,14 @@ def _config(raw: Mapping[str, Any], warnings: list[str]) -> tuple[list[str], lis
     config: dict[str, Any] = {}
     depth = raw.get("queueDepthPerAction")
     if depth is not None:
-        depth_map = _object(depth, "config.queueDepthPerAction")
+        depth_map = mapping_at(depth, "config.queueDepthPerAction")
         for k, v in depth_map.items():
             if isinstance(v, bool) or not isinstance(v, int):
                 raise SnapshotError(f"config.queueDepthPerAction.{k}: expected an integer, got {describe(v)}")
         config["queueDepthPerAction"] = dict(depth_map)
     for key in ("usageDBConfig", "scenarioSearchBudgets"):
         if raw.get(key) is not None:
-            config[key] = dict(_object(raw[key], f"config.{key}"))
+            config[key] = dict(mapping_at(raw[key], f"config.{key}"))
     return actions, tiers, config
 
 
@@ -388,7 +390,7 @@ def _tiers(value: object, warnings: list[str]) -> list[list[PluginEntry]]:
     tiers: list[list[PluginEntry]] = []
     for i, tier in enumerate(value):
         where = f"config.tiers[{i}]"
-        plugins_raw = _object(tier, where).get("plugins")
+        plugins_raw = mapping_at(tier, where).get("plugins")
         if plugins_raw is None:
             plugins_raw = []
         if not isinstance(plugins_raw, list):
@@ -396,11 +398,11 @@ def _tiers(value: object, warnings: list[str]) -> list[list[PluginEntry]]:
         plugins: list[PluginEntry] = []
         for j, p in enumerate(plugins_raw):
             pw = f"{where}.plugins[{j}]"
-            pm = _object(p, pw)
+            pm = mapping_at(p, pw)
             name = pm.get("name")
             if not isinstance(name, str) or not name:
                 raise SnapshotError(f"{pw}.name: expected a plugin name (a string), got {describe(name)}")
-            args = _object(pm.get("arguments"), f"{pw}.arguments")
+            args = mapping_at(pm.get("arguments"), f"{pw}.arguments")
             for k, v in args.items():
                 if not isinstance(v, str):
                     raise SnapshotError(f"{pw}.arguments.{k}: expected a string (KAI's arguments are "
