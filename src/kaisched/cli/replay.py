@@ -69,9 +69,9 @@ def replay_command(snapshot: str, now: str | None, usage_path: str | None, expla
     error.
 
     Exit status: 0 on success, 1 when some snapshot objects had errors (they are listed, the rest is still
-    scheduled), when --explain names no pod or PodGroup, or when --diff finds a difference; 2 when the snapshot or
-    the log cannot be read (not a ZIP, truncated, no snapshot.json, invalid JSON, a
-    field of the wrong type: the message names it) or the command line is unusable, 3 on an internal error.
+    scheduled), when --explain names no pod or PodGroup, or when --diff finds a difference; 2 when the snapshot,
+    the log or the usage cannot be read (not a ZIP, truncated, no snapshot.json, invalid JSON, a field of the wrong
+    type: the message names it) or the command line is unusable; 3 on an internal error.
     """
     from kaisched.cluster.replay import load_replay, run_replay
     from kaisched.k8s.kai_snapshot import SnapshotError
