@@ -436,3 +436,21 @@ def test_usage_history_for_time_based_fair_share(tmp_path: Path) -> None:
     assert explained.exit_code == 0 and json.loads(explained.stdout)["job"] == "team/train"
     bad = replay(tmp_path, data, "--usage", str(tmp_path / "missing.yaml"))
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize("command", ["replay", "from-kai"])
+def test_help_examples_run_as_written(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The examples of ``kaisched replay --help`` and ``kaisched from-kai --help`` run from the repository root
+    (those that need a cluster, ``--kubeconfig``, are left out)."""
+    import shlex
+
+    from tests.unit.test_cli_help import examples
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    found = [c for c in examples([command]) if "--kubeconfig" not in c]
+    assert found
+    for line in found:
+        words = shlex.split(line)
+        assert words[:2] == ["kaisched", command]
+        result = CliRunner().invoke(cli, words[1:], env={"COLUMNS": "120"})
+        assert result.exit_code == 0, (line, result.output)

@@ -21,15 +21,16 @@ if TYPE_CHECKING:
 EXAMPLES = """\
 \b
 Examples:
-  # what kaisched decides on a KAI cluster's state (curl it from KAI's
-  # scheduler: kubectl port-forward, then http://127.0.0.1:8081/get-snapshot)
-  kaisched replay snapshot.zip
+  # what kaisched decides on a KAI cluster's state (KAI serves it: kubectl
+  # port-forward, then curl http://127.0.0.1:8081/get-snapshot)
+  kaisched replay examples/kai/snapshot.zip
   # the same as JSON, at a fixed time
-  kaisched replay snapshot.zip -o json --now 2026-01-01T00:00:00Z
-  # why is pod train-0 of namespace team-a pending on that state?
-  kaisched replay snapshot.zip --explain train-0 -n team-a
+  kaisched replay examples/kai/snapshot.zip -o json --now 2026-01-02T00:00:00Z
+  # why is pod train-0 of namespace team-a waiting on that state?
+  kaisched replay examples/kai/snapshot.zip --explain train-0 -n team-a
   # compare with KAI's own decisions (snapshot-tool --verbosity 4 log)
-  kaisched replay snapshot.zip --diff snapshot-tool.log
+  kaisched replay examples/kai/snapshot.zip \\
+      --diff examples/kai/snapshot-tool.log --now 2026-01-02T00:00:00Z
 """
 
 
