@@ -4,7 +4,8 @@ The page's ``--kubeconfig`` commands need a cluster, so the docs suite does not 
 ``NOT_RUN``): here ``examples/explain.yaml`` is loaded into a real kube-apiserver of this module's own, each such
 command of the page is run on it (``~/.kube/config`` standing for the server's kubeconfig) and the output the page
 shows must appear in the actual output, as the docs suite compares it. UIDs differ from one server to the next:
-they are compared as ``<uid>``; the server's address is printed as ``https://127.0.0.1:6443``.
+they are compared as ``<uid>``, and the ages ``kaisched get jobs`` prints as ``<age>``; the server's address is
+printed as ``https://127.0.0.1:6443``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "explain.md"
 EXAMPLE = ROOT / "examples" / "explain.yaml"
 UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+AGE = re.compile(r"(?<= )\d+[smhd](?= )")  # an AGE cell of kaisched get jobs (the objects are as old as the test)
 #: the priority classes the example's pods name, as KAI's installation makes them
 PRIORITY_CLASSES = {"build": 100, "train": 50, "inference": 125}
 
@@ -74,6 +76,12 @@ def kube_apiserver() -> Iterator[KubeApiServer]:
     yield from module_apiserver(_load_example)
 
 
+def _masked(line: str) -> str:
+    """What differs from one server to the next as placeholders: UIDs, and the ages of a jobs table's rows."""
+    line = UID.sub("<uid>", line)
+    return AGE.sub("<age>", line) if line.startswith("default/pg-") else line
+
+
 def _live_commands() -> list[Command]:
     return [c for c in page_commands(PAGE) if c.kind == "shell" and "--kubeconfig" in c.source and not c.inline]
 
@@ -81,7 +89,8 @@ def _live_commands() -> list[Command]:
 def test_the_page_shows_the_live_commands_with_their_output() -> None:
     commands = _live_commands()
     subcommands = {tuple(shlex.split(c.source)[1:3]) for c in commands}
-    assert {("explain", "big"), ("get", "queues"), ("schedule", "--kubeconfig")} <= subcommands, subcommands
+    assert {("explain", "big"), ("get", "queues"), ("get", "jobs"), ("schedule", "--kubeconfig")} <= subcommands, (
+        subcommands)
     assert all(c.output for c in commands), [c.source for c in commands if not c.output]
 
 
@@ -92,6 +101,6 @@ def test_the_live_output_shown_is_real(command: Command, kube_apiserver: KubeApi
     result = CliRunner().invoke(cli, argv[1:], env={"COLUMNS": "120"})
     assert result.exit_code == command.exit_status, result.output
     printed = result.output.replace(kube_apiserver.url, "https://127.0.0.1:6443")
-    shown = tuple(UID.sub("<uid>", line) for line in command.output or ())
-    missing = missing_lines(shown, UID.sub("<uid>", printed))
+    shown = tuple(_masked(line) for line in command.output or ())
+    missing = missing_lines(shown, "\n".join(_masked(line) for line in printed.splitlines()))
     assert not missing, f"{command.page.name}:{command.line}: not in the output: {missing}\nprinted:\n{printed}"
