@@ -156,6 +156,11 @@ def test_summary_json_and_the_report_say_where_the_waiting_went(tmp_path: Path) 
     assert "|Not yet looked at by a cycle||awaiting-cycle||0.0||15 %|" in text
     assert "Per queue: share of its pending time" in text
     assert "|a||0.0||83 %||||17 %|" in text and "|b||0.0||||100 %|||" in text
+    jobs_lists = page[page.index("<h2>Jobs worth a look</h2>"):]
+    evicted = jobs_lists[jobs_lists.index("<h3>Evicted ("):]
+    evicted = evicted[:evicted.index("<h3>", 4)]  # (up to the next list)
+    assert "<th>mostly waited for</th>" in evicted
+    assert re.sub(r"<[^>]+>", "|", evicted).count("|fair-share (83 %)|") == 2  # a's evicted jobs: 50 s of 60
     line = next(x for x in summary_text(result, width=200).splitlines() if x.startswith("waiting: "))
     assert line == "waiting: 0.0 job-hours pending · fair-share 77 % · awaiting-cycle 15 % · waiting-for-victims 8 %"
     assert waiting_phrases(result, limit=2)[-1] == "1 more reason 8 %"

@@ -1713,10 +1713,22 @@ def _job_row(j: JobRecord) -> list[str]:
         f"{j.evictions:,}",
         _fixed(j.lost_gpu_seconds / 3600, 2),
         outcome_of(j) + (f": {j.reason}" if j.reason else ""),
+        _mostly(j),
     ]
 
 
-_JOB_HEADER = ["job", "queue", "GPUs", "arrival", "start", "end", "wait", "JCT", "evictions", "GPU-h lost", "outcome"]
+def _mostly(j: JobRecord) -> str:
+    """The reason the job spent most of its pending time on, with its share (the first in the tiers on a tie)."""
+    total = j.pending
+    if total <= 0:
+        return ""
+    order = {r: i for i, r in enumerate(PENDING_REASONS)}
+    reason, seconds = max(j.pending_by_reason.items(), key=lambda kv: (kv[1], -order.get(kv[0], len(order))))
+    return f"{reason} ({_pct(seconds / total, 0)})"
+
+
+_JOB_HEADER = ["job", "queue", "GPUs", "arrival", "start", "end", "wait", "JCT", "evictions", "GPU-h lost", "outcome",
+               "mostly waited for"]
 
 
 def _shown(title: str, total: int, limit: int, order: str = "") -> str:
