@@ -12,6 +12,9 @@ import collections
 
 import pytest
 
+from kaisched.kube.client import KubeClient
+from kaisched.kube.operations import Bind, ObjectRef
+from kaisched.kube.writer import ClusterWriter
 from tests.kube.contract_helpers import JSON, WAIT_S, gpus_of, node_of, wait_until
 from tests.operators.cluster import KUBEFLOW, OperatorCluster, mpijob, pytorchjob
 from tests.operators.expect import assert_pod_group
@@ -175,3 +178,40 @@ def test_an_elastic_pytorchjob_grows_and_shrinks_within_min_and_max(cluster: Ope
     group = cluster.wait_pod_group(group_name)
     assert group["spec"]["minMember"] == 2
     assert all(gpus_of(p) == 1 for p in cluster.live_pods({JOB_NAME: "elastic"}).values())
+
+
+def test_a_pod_the_operator_deleted_or_made_anew_since_the_snapshot_is_never_bound(cluster: OperatorCluster) -> None:
+    """A cycle plans binds on a snapshot; before they are written, the operator may delete a pod (an elastic
+    job shrinking) or make it anew under the same name (a replica whose pod was deleted). kaisched's writer
+    binds with the planned pod's uid, so the API server binds neither the deleted pod nor its successor."""
+    [node] = cluster.add_nodes(1, gpus=8)
+    q = cluster.queues(8, {"a": 8})
+    cluster.create(PYTORCHJOBS, pytorchjob("race", q["a"], workers=4, master=False, elastic=(1, 4)))
+    pods = cluster.wait_pods(4, "PyTorchJob race", {JOB_NAME: "race"})  # no scheduler runs: all pending
+    snapshot = {name: pod["metadata"]["uid"] for name, pod in pods.items()}
+
+    # the operator makes worker-0 anew (its pod was deleted) and deletes worker-3 (the job shrinks to 3)
+    cluster.kube.delete(f"/api/v1/namespaces/{cluster.ns}/pods/race-worker-0", grace_seconds=0)
+    cluster.patch(PYTORCHJOBS, "race", {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}})
+
+    def settled() -> dict[str, JSON] | None:
+        now = cluster.live_pods({JOB_NAME: "race"})
+        anew = now.get("race-worker-0", {}).get("metadata", {}).get("uid") not in (None, snapshot["race-worker-0"])
+        return now if anew and sorted(now) == ["race-worker-0", "race-worker-1", "race-worker-2"] else None
+
+    wait_until(settled, WAIT_S, "worker-0 made anew and worker-3 deleted by the operator", describe=cluster.describe)
+
+    # the binds the stale cycle planned, written by kaisched's writer
+    with KubeClient.from_kubeconfig(cluster.server.kubeconfig_path) as api:
+        writer = ClusterWriter(api, workers=2, max_attempts=1)
+        try:
+            writer.submit([Bind(ObjectRef.pod(f"{cluster.ns}/{name}", uid), node) for name, uid in snapshot.items()])
+            assert writer.drain(WAIT_S)
+            assert writer.in_flight_binds() == {"/".join((cluster.ns, "race-worker-1")): node,
+                                                "/".join((cluster.ns, "race-worker-2")): node}
+        finally:
+            writer.close()
+    now = cluster.live_pods({JOB_NAME: "race"})
+    assert {name: node_of(pod) for name, pod in now.items()} == {
+        "race-worker-0": "", "race-worker-1": node, "race-worker-2": node}, "only the planned pods are bound"
+    assert not [e for e in cluster.events("FailedBinding") if e["involvedObject"]["name"] == "race-worker-0"]

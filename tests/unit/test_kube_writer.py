@@ -28,6 +28,7 @@ from kaisched.kube.operations import (
     PodMetadataPatch,
     QueueStatusPatch,
     format_quantity,
+    pod_replaced,
     pods_by_group,
     policy_v1_missing,
     queue_status_patch,
@@ -214,8 +215,8 @@ def test_bind_of_a_whole_gpu_pod_is_one_binding_post_answered_by_a_status(api, w
     assert [type(op) for op in ops] == [Bind]
     assert [(type(e), e.reason) for e in ops[0].then] == [(Event, "Scheduled")]  # recorded once bound
     run(writer, ops)
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1", "namespace": "ns"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1", "namespace": "ns", "uid": "u1"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}  # the uid: a precondition
     assert api.calls[0] == Call("POST", "/api/v1/namespaces/ns/pods/p1/binding", binding, JSON_CT)
     assert len(api.find("POST", "/api/v1/namespaces/ns/pods/p1/binding")) == 1
     (event,) = api.events("Scheduled")
@@ -233,7 +234,7 @@ def test_bind_of_a_fractional_pod_labels_and_annotates_it_before_the_binding(api
         ("PATCH", "/api/v1/namespaces/ns/pods/p2"), ("POST", "/api/v1/namespaces/ns/pods/p2/binding"),
         ("POST", "/api/v1/namespaces/ns/events")]
     assert api.calls[0].body == {"metadata": {"labels": {"runai-gpu-group": "gpu-group-a"},
-                                              "annotations": {"received-resource-type": "Fraction"}}}
+                                              "annotations": {"received-resource-type": "Fraction"}, "uid": "u2"}}
     assert api.calls[0].content_type == MERGE
     assert api.calls[1].body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-1"}
 
@@ -243,7 +244,8 @@ def test_multi_device_fraction_gets_one_label_per_gpu_group_and_existing_metadat
     (bind,) = [op for op in OperationPlanner().plan(
         CycleResult(binds=[Placement("ns/p3", "n", ("g1", "g2"))]), cache.lookup, NOW) if isinstance(op, Bind)]
     assert bind.requests()[0].body == {"metadata": {"labels": {"runai-gpu-group/g2": "g2"},
-                                                    "annotations": {"received-resource-type": "Fraction"}}}
+                                                    "annotations": {"received-resource-type": "Fraction"},
+                                                    "uid": "uid-p3"}}
 
 
 def test_mig_pod_is_annotated_mig_instance_and_shard_label_is_added():
@@ -253,7 +255,8 @@ def test_mig_pod_is_annotated_mig_instance_and_shard_label_is_added():
     (bind,) = [op for op in planner.plan(CycleResult(binds=[Placement("ns/p4", "n")]), cache.lookup, NOW)
                if isinstance(op, Bind)]
     assert bind.requests()[0].body == {"metadata": {"labels": {"kai.scheduler/node-pool": "pool-b"},
-                                                    "annotations": {"received-resource-type": "MigInstance"}}}
+                                                    "annotations": {"received-resource-type": "MigInstance"},
+                                                    "uid": "uid-p4"}}
 
 
 def test_bind_retried_after_429_then_succeeds(api, writer, sleeps, failures):
@@ -319,8 +322,28 @@ def test_failed_fractional_bind_rolls_back_its_gpu_group_label(api, writer):
     run(writer, [bind])
     patches = api.find("PATCH", "/api/v1/namespaces/ns/pods/p1")
     assert [p.body for p in patches] == [
-        {"metadata": {"labels": {"runai-gpu-group": "g1"}, "annotations": {"received-resource-type": "Fraction"}}},
+        {"metadata": {"labels": {"runai-gpu-group": "g1"}, "annotations": {"received-resource-type": "Fraction"},
+                      "uid": "u1"}},
         {"metadata": {"labels": {"runai-gpu-group": None}}}]
+
+
+@pytest.mark.parametrize("refusal", [
+    err(409, "Conflict", 'Operation cannot be fulfilled on pods "p1": StorageError: invalid object, Code: 4, Key: '
+        "/registry/pods/ns/p1, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: "
+        "u1, UID in object meta: u9"),
+])
+def test_a_bind_refused_because_the_pod_was_made_anew_reports_nothing_and_is_not_in_flight(api, writer, failures,
+                                                                                          refusal):
+    """A controller (the Training Operator, for one) deleted the pod and made another under its name since the
+    snapshot: the API server refuses the Binding that names the old uid; the new pod gets no FailedBinding."""
+    api.fail("POST", "/api/v1/namespaces/ns/pods/p1/binding", refusal)
+    run(writer, [Bind(ObjectRef.pod("ns/p1", "u1"), "node-1")])
+    assert pod_replaced(refusal)
+    assert api.events("FailedBinding") == [] and api.find("PATCH", "/api/v1/namespaces/ns/pods/p1/status") == []
+    assert writer.in_flight_binds() == {} and [f.error.status for f in failures] == [409]
+    assert not pod_replaced(err(409, "Conflict", 'pod p1 is already assigned to node "node-2"'))
+    assert pod_replaced(err(422, "Invalid", 'Pod "p1" is invalid: metadata.uid: Invalid value: "u1": field is '
+                            "immutable"))
 
 
 def test_a_second_bind_of_a_pod_in_flight_is_dropped_until_the_cache_shows_it_bound(api, writer):

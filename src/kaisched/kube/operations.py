@@ -347,6 +347,15 @@ class Operation:
         return f"{self.name} {self.target.kind} {self.target.key}"
 
 
+def pod_replaced(error: ApiError) -> bool:
+    """The API server refused a write because the object under that name has another uid than the one the
+    write named (a Binding: 409 ``Precondition failed: UID in precondition``; a patch: 422 ``metadata.uid ...
+    field is immutable``): the object written for was deleted, another made under its name."""
+    message = error.message
+    return (error.status == 409 and "Precondition failed: UID in precondition" in message) or \
+        (error.status == 422 and "metadata.uid" in message and "field is immutable" in message)
+
+
 def _error_text(error: ApiError) -> str:
     return f"{error.status} {error.reason}: {error.message}" if error.status else f"no connection: {error.message}"
 
@@ -378,17 +387,25 @@ class Bind(Operation):
 
     @property
     def patch_body(self) -> dict[str, Any] | None:
+        """The labels and annotations to merge-patch first; with the pod's uid, which the API server checks (a
+        pod recreated under the same name is refused with 422, never patched)."""
         meta: dict[str, Any] = {}
         if self.labels:
             meta["labels"] = dict(self.labels)
         if self.annotations:
             meta["annotations"] = dict(self.annotations)
+        if meta and self.pod.uid:
+            meta["uid"] = self.pod.uid
         return {"metadata": meta} if meta else None
 
     @property
     def binding_body(self) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": self.pod.name, "namespace": self.pod.namespace},
+        """The Binding, with the pod's uid as kube-scheduler's binder sends it: the API server binds only that
+        pod (another of the same name, made by a controller since the snapshot, is refused with 409)."""
+        meta = {"name": self.pod.name, "namespace": self.pod.namespace}
+        if self.pod.uid:
+            meta["uid"] = self.pod.uid
+        return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}
 
     def requests(self) -> tuple[Request, ...]:
@@ -418,8 +435,8 @@ class Bind(Operation):
         out: list[Operation] = []
         if 400 <= error.status < 500:
             out.extend(release_claims(self.pod, self.claims))
-        if error.status == 404:
-            return out  # the pod was deleted meanwhile
+        if error.status == 404 or pod_replaced(error):
+            return out  # the pod was deleted meanwhile (and maybe made anew: not the pod this bind was for)
         message = (f"Failed to bind pod {self.pod.namespace}/{self.pod.name} to node {self.node}. "
                    f"{_error_text(error)}")
         out.append(new_event(self.pod, "Warning", "FailedBinding", message, now, seq))
