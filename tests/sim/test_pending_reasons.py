@@ -85,6 +85,24 @@ def test_an_evicted_job_waits_again_and_its_reasons_count_every_wait() -> None:
     assert all(j.pending_by_reason == {} for j in jobs.values() if j.queue == "a" and not j.evictions)
 
 
+def test_each_sample_counts_the_jobs_waiting_per_reason(tmp_path: Path) -> None:
+    """The reclaim case: after the 100 s cycle a's two evicted jobs wait for a cycle and b for its victims; after the
+    110 s cycle a's jobs wait for fair share (b runs); from 160 s nobody waits. Each sample's counts sum to its
+    pending jobs; samples.csv has them."""
+    result = _reclaim_result()
+    by_time = {s.time: s for s in result.samples}
+    assert by_time[100.0].pending_by_reason == {AWAITING_CYCLE: 2, "waiting-for-victims": 1}
+    assert by_time[110.0].pending_by_reason == {"fair-share": 2}
+    assert by_time[160.0].pending_by_reason == {}
+    assert all(sum(s.pending_by_reason.values()) == s.pending_jobs for s in result.samples)
+    with write_outputs(result, tmp_path)["samples.csv"].open() as f:
+        rows = {float(r["time"]): r for r in csv.DictReader(f)}
+    assert (rows[100.0]["pending:awaiting-cycle"], rows[100.0]["pending:waiting-for-victims"]) == ("2", "1")
+    assert rows[110.0]["pending:fair-share"] == "2" and rows[110.0]["pending:awaiting-cycle"] == "0"
+    page = (tmp_path / "report.html").read_text()
+    assert '<img class="plot" alt="pending jobs by reason over time" src="data:image/png;base64,' in page
+
+
 def test_the_first_tier_wins_and_a_reason_holds_until_a_cycle_gives_another() -> None:
     """A job of two PodGroups waits for the reason of the one whose code comes first in the tiers; a cycle that gives
     it no code leaves the reason as it was; only changes are recorded."""
@@ -106,6 +124,7 @@ def test_the_first_tier_wins_and_a_reason_holds_until_a_cycle_gives_another() ->
     sim._record_reasons(CycleResult(pod_groups=[status("default/x", NOT_REACHED)]), 45.0)
     assert job.record.pending_by_reason == {AWAITING_CYCLE: 10.0, OVER_LIMIT: 35.0}
     assert (job.waiting_for, job.record.last_reason) == (NOT_REACHED, OVER_LIMIT)
+    assert sim.waiting == {NOT_REACHED: 1}  # (the jobs waiting per reason, kept on each transition)
 
 
 def _reclaim_result() -> SimResult:

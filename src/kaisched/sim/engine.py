@@ -176,6 +176,7 @@ class Simulator:
         self.brought: dict[tuple[str, str], int] = {}
         self.errors: list[ObjectError] = []
         self.samples: list[Sample] = []
+        self.waiting: dict[str, int] = {}  # reason -> the jobs waiting for it now (kept on each transition)
         self.heap: list[tuple[float, int, int, int, object]] = []
         self.seq = itertools.count()
         self.dirty = True
@@ -236,7 +237,7 @@ class Simulator:
         end = min(last, until) if until != math.inf else last
         for job in self.jobs.values():
             job.record.outcome = _outcome(job)
-            _stop_waiting(job, end)  # (a job still waiting at the end waited up to it)
+            _stop_waiting(job, end, self.waiting)  # (a job still waiting at the end waited up to it)
         if self.progress is not None:
             self._report(end, True)
         records = [j.record for j in self.jobs.values()]
@@ -295,7 +296,7 @@ class Simulator:
         key = f"{a.name}#{len(self.jobs)}"
         job.key = key
         if job.groups:  # (a job with no PodGroup can never start: it is dropped, it does not wait)
-            _wait_for(job, AWAITING_CYCLE, t)
+            _wait_for(job, AWAITING_CYCLE, t, self.waiting)
         self.jobs[key] = job
         self.active[key] = job
         self.dirty = True
@@ -393,7 +394,7 @@ class Simulator:
                 job.record.lost_gpu_seconds += (t - job.run_start) * job.record.gpus
                 job.run_start = None
                 job.run += 1
-                _wait_for(job, AWAITING_CYCLE, t)  # (until a cycle says why it waits: this one may, below)
+                _wait_for(job, AWAITING_CYCLE, t, self.waiting)  # (until a cycle says why: this one may, below)
         self.cluster.apply(result, EPOCH + timedelta(seconds=t))
 
     def _update_jobs(self, t: float) -> None:
@@ -411,7 +412,7 @@ class Simulator:
             if all(running.get(g, 0) >= max(self.groups[g].min_member, 1) for g in job.groups if g in self.groups):
                 job.run_start = t
                 job.run += 1
-                _stop_waiting(job, t)
+                _stop_waiting(job, t, self.waiting)
                 if job.record.start is None:
                     job.record.start = t
                 if job.record.duration != math.inf:
@@ -437,7 +438,7 @@ class Simulator:
         for key, code in codes.items():
             job = active.get(key)
             if job is not None and job.waiting_for != code:
-                _wait_for(job, code, t)
+                _wait_for(job, code, t, self.waiting)
 
     def _light_sample(self, t: float) -> Sample:
         """The last sample with the GPUs of the jobs that finished since given back (no cycle ran)."""
@@ -456,7 +457,7 @@ class Simulator:
                   for name, q in (last.queues if last else {}).items()}
         return Sample(time=t, gpus_total=total, gpus_allocated=held, gpus_fractional=shared,
                       idle_gpus=max(total - held, 0.0), fragmentation=last.fragmentation if last else 0.0,
-                      pending_jobs=0, running_jobs=len(active), queues=queues)
+                      pending_jobs=0, running_jobs=len(active), queues=queues, pending_by_reason=dict(self.waiting))
 
     def _sample(self, result: CycleResult, t: float) -> Sample:
         total = sum(n.gpus for n in result.nodes)
@@ -479,6 +480,7 @@ class Simulator:
             pending_jobs=sum(1 for j in active if j.run_start is None),
             running_jobs=sum(1 for j in active if j.run_start is not None),
             queues={k: v for k, v in queues.items() if k not in parents},
+            pending_by_reason=dict(self.waiting),
         )
 
 
@@ -517,8 +519,9 @@ def run_inputs(scenario: Scenario) -> dict[str, object]:
 _TIER_ORDER = {code: i for i, code in enumerate(REASON_CODES)}
 
 
-def _stop_waiting(job: _Job, t: float) -> None:
-    """The job no longer waits from ``t`` on: the time since its reason began is counted under that reason."""
+def _stop_waiting(job: _Job, t: float, waiting: dict[str, int]) -> None:
+    """The job no longer waits from ``t`` on: the time since its reason began is counted under that reason (and the
+    job taken off ``waiting``, the jobs waiting per reason)."""
     reason = job.waiting_for
     if not reason:
         return
@@ -528,13 +531,19 @@ def _stop_waiting(job: _Job, t: float) -> None:
         by[reason] = by.get(reason, 0.0) + spent
         job.record.last_reason = reason
     job.waiting_for = ""
+    left = waiting[reason] - 1
+    if left:
+        waiting[reason] = left
+    else:
+        del waiting[reason]
 
 
-def _wait_for(job: _Job, reason: str, t: float) -> None:
+def _wait_for(job: _Job, reason: str, t: float, waiting: dict[str, int]) -> None:
     """The job waits for ``reason`` from ``t`` on (the time spent on the reason before is counted)."""
-    _stop_waiting(job, t)
+    _stop_waiting(job, t, waiting)
     job.waiting_for = reason
     job.waiting_since = t
+    waiting[reason] = waiting.get(reason, 0) + 1
 
 
 def _outcome(job: _Job) -> str:

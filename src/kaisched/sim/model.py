@@ -80,6 +80,8 @@ class Sample:
     pending_jobs: int
     running_jobs: int
     queues: dict[str, QueueSample] = field(default_factory=dict)
+    #: the jobs waiting per reason after the cycle (PENDING_REASONS; reasons nobody waits for left out)
+    pending_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

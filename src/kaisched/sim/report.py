@@ -5,7 +5,8 @@
 * ``summary.json``: the scenario name, the run's :class:`~kaisched.sim.model.Summary` (floats rounded,
   ``null`` where a figure is missing, e.g. the JCT statistics of a run where no job completed), what became of
   the jobs (``outcomes``: they sum to ``jobs``), the run's ``inputs`` and per-queue figures;
-* ``samples.csv``: one row per scheduling cycle (cluster GPUs, allocation ratio, fragmentation, job counts);
+* ``samples.csv``: one row per scheduling cycle (cluster GPUs, allocation ratio, fragmentation, job counts, the
+  jobs waiting per reason: ``pending:<code>``);
 * ``queues.csv``: one row per cycle and queue (allocated, fair share, deserved (-1: unlimited), requested);
 * ``jobs.csv``: one row per job (arrival, start, end, wait, JCT, evictions, GPU-seconds lost, outcome, reason),
   then its time pending in all, the reason it last waited for and its time pending per reason (``pending:<code>``,
@@ -43,7 +44,7 @@ import re
 import shutil
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,7 @@ SAMPLES_COLUMNS = (
     "fragmentation",
     "pending_jobs",
     "running_jobs",
+    *(f"pending:{r}" for r in PENDING_REASONS),
 )
 QUEUES_COLUMNS = ("time", "queue", "allocated", "fair_share", "deserved", "requested", "usage")
 #: ``fairness.csv`` (time-based runs, and every run of a comparison with one): per sample, the fair-share error and
@@ -281,6 +283,8 @@ class _Series:
     pending: FloatArray
     running: FloatArray
     queues: dict[str, dict[str, FloatArray]]  # queue -> allocated / fair_share / deserved / requested
+    #: reason -> the jobs waiting for it after each cycle (the reasons some job waited for, in the order of the tiers)
+    pending_by_reason: dict[str, FloatArray] = field(default_factory=dict)
 
     @classmethod
     def of(cls, result: SimResult) -> _Series:
@@ -314,6 +318,9 @@ class _Series:
             pending=col(lambda s: s.pending_jobs),
             running=col(lambda s: s.running_jobs),
             queues=queues,
+            pending_by_reason={r: np.fromiter((s.pending_by_reason.get(r, 0) for s in samples), dtype=np.float64,
+                                              count=n)
+                               for r in PENDING_REASONS if any(r in s.pending_by_reason for s in samples)},
         )
 
 
@@ -562,6 +569,7 @@ def _samples_rows(result: SimResult) -> Iterable[list[str]]:
             _csv_num(s.fragmentation),
             str(s.pending_jobs),
             str(s.running_jobs),
+            *(str(s.pending_by_reason.get(r, 0)) for r in PENDING_REASONS),
         ]
 
 
@@ -1632,8 +1640,35 @@ def _share_cell(share: float) -> str:
             f'background:{_WHOLE_COLOUR}"></span></div></td>')
 
 
-def _waiting_section(result: SimResult) -> str:
-    """Where did the waiting go: the jobs' time pending per reason, overall and per queue."""
+def _plot_pending_reasons(series: _Series, unit: _TimeUnit) -> Figure:
+    """The jobs waiting after each cycle, stacked by reason (in the order of the tiers)."""
+    fig = _new_figure(11, 2.8)
+    ax = fig.subplots()
+    reasons = list(series.pending_by_reason)
+    if len(series.time) == 0 or not reasons:
+        _empty(ax, "no job waited")
+        return fig
+    t, *counts = downsample(series.time, *series.pending_by_reason.values())
+    x = t / unit.divisor
+    low = np.zeros_like(x)
+    for k, (reason, count) in enumerate(zip(reasons, counts, strict=True)):
+        ax.fill_between(x, low, low + count, step="post", color=_PALETTE[k % len(_PALETTE)], alpha=0.85, lw=0,
+                        label=reason)
+        low = low + count
+    ax.set_ylabel("pending jobs")
+    ax.set_xlabel(f"time ({unit.name})")
+    _headroom(ax, float(np.nanmax(low)) if len(low) else 1.0, 1.45)
+    ax.legend(loc="upper right", ncols=min(len(reasons), 4), fontsize=8)
+    if len(x) == 1:
+        ax.set_xlim(x[0] - 1, x[0] + 1)
+    else:
+        ax.set_xlim(float(x[0]), float(x[-1]))
+    return fig
+
+
+def _waiting_section(result: SimResult, series: _Series, unit: _TimeUnit) -> str:
+    """Where did the waiting go: the jobs' time pending per reason, overall and per queue, and the jobs waiting per
+    reason over time."""
     overall = pending_by_reason(result.jobs)
     total = sum(r.seconds for r in overall.values())
     if total <= 0:
@@ -1656,6 +1691,7 @@ def _waiting_section(result: SimResult) -> str:
             continue
         rows.append([q, _hours(q_total), *(_pct(by[r].seconds / q_total, 0) if r in by else "" for r in reasons)])
     per_queue = _table(["queue", "job-hours pending", *reasons], rows)
+    plot = _render(lambda: _plot_pending_reasons(series, unit))
     note = ("Every second a job was pending (from its arrival, and again from each eviction, to its start or the end "
             "of the run), under the reason the scheduling cycles gave it: the reason code of its PodGroup's status, "
             "the tiers of kaisched explain (docs/explain.md); the reason holds until a cycle gives another. "
@@ -1663,7 +1699,9 @@ def _waiting_section(result: SimResult) -> str:
             "next cycle. Job-hours count each waiting job once; GPU-hours weigh it by the GPUs it asks. Per job: "
             "the pending:<code> columns of jobs.csv.")
     return (f'<section><h2>Where did the waiting go</h2><p class="note">{_e(note)}</p>{table}'
-            f'<h3>Per queue: share of its pending time</h3>{per_queue}</section>')
+            f'<h3>Per queue: share of its pending time</h3>{per_queue}'
+            '<h3>Jobs waiting, by reason, after each cycle</h3>'
+            f'<img class="plot" alt="pending jobs by reason over time" src="{plot}"></section>')
 
 
 def _compare_waiting_section(results: Sequence[SimResult], labels: Sequence[str]) -> str:
@@ -1875,7 +1913,7 @@ def render_html(result: SimResult) -> str:
         _fairness_section(["this run"], fc, unit) if (fc := fairness_comparison([result], ["this run"])) else "",
         "<section><h2>Per queue</h2>"
         '<p class="note">GPU figures are time-weighted means over the run.</p>' + _queue_table(queues) + "</section>",
-        _waiting_section(result),
+        _waiting_section(result, series, unit),
         "<section><h2>Every job accounted for</h2>"
         f'<p class="note">{_e(accounting_text(s))}.'
         + (f" Waiting times are {_e(wait_note(s))}." if s.wait_censored else
