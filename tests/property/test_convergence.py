@@ -447,11 +447,11 @@ def test_a_preemptor_keeps_what_its_victims_freed() -> None:
 
 
 # Found with fresh seeds once the claims were in (every pod evicted twice for one preemptor in some 15,000 fresh
-# clusters, about one cluster in 2,000, is of this shape; this one shrunk): g3 is
-# elastic (minMember 1, two pods of 2 GPUs) and grows one pod per cycle. Cycle 0: consolidation moves g1-3 (n1 -> n2)
-# to pipeline g3-0 onto n1; both are bound in cycle 1. Cycle 2: preempt takes all of g1 (a gang of two, lower
-# priority) for g3-1, g1-3 included: moved, then evicted for good, for the same preemptor. The claims play no part
-# (it is the same without them): no cycle's search knows which pods an earlier cycle moved for the job.
+# clusters, about one cluster in 2,000, is of this shape; this one shrunk): g3 is elastic (minMember 1, two pods of
+# 2 GPUs). KAI grows it one pod per cycle: cycle 0, consolidation moves g1-3 (n1 -> n2) to pipeline g3-0 onto n1;
+# cycle 2, preempt takes all of g1 (a gang of two, lower priority) for g3-1, g1-3 included: moved, then evicted for
+# good, for the same preemptor. kaisched sees that the move is of a pod g3 may preempt, and places g3's whole growth
+# at once instead (docs/evictions.md, "Elastic jobs grow at once"): preempt takes g1 once, for both of g3's pods.
 ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM = Cluster(
     nodes=[NodeSpec(name="n1", gpus=2, cpu=64, memory=512), NodeSpec(name="n2", gpus=2, cpu=64, memory=512)],
     queues=[QueueSpec(name="q2", parent=None, gpu=0, gpu_limit=-1, gpu_weight=1, priority=100,
@@ -467,20 +467,24 @@ ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM = Cluster(
                             PodSpec(name="g3-1", gpus=2, cpu=1, memory=1, node=None, deleting=False, absent=0)])])
 
 
-def test_elastic_growth_history() -> None:
-    """What happens (see ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM): the run settles, g3 ends with both pods, g1 evicted."""
+def test_an_elastic_preemptor_grows_at_once_rather_than_take_a_pod_it_moved() -> None:
     run = run_cycles(ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM)
-    assert run.quiet_at == 4, run.history()
-    assert [(e.pod, e.action) for e in run.results[0].evictions] == [("ns1/g1-3", "consolidation")]
-    assert sorted((e.pod, e.action) for e in run.results[2].evictions) == [("ns1/g1-2", "preempt"),
+    check_converges(ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM, run)
+    assert run.quiet_at == 2, run.history()
+    assert sorted((e.pod, e.action) for e in run.results[0].evictions) == [("ns1/g1-2", "preempt"),
                                                                             ("ns1/g1-3", "preempt")]
+    assert sorted((p.pod, p.node) for p in run.results[0].pipelined) == [("ns1/g3-0", "n1"), ("ns1/g3-1", "n2")]
     assert {k for k, p in run.pods.items() if p.node_name} == {"ns1/g3-0", "ns1/g3-1"}
 
 
-@pytest.mark.xfail(strict=True, reason="an elastic preemptor grows one pod per cycle, and a later pod's victim search "
-                   "may take a pod an earlier cycle moved for the same job (no memory across cycles)")
-def test_an_elastic_preemptor_never_takes_a_pod_it_moved() -> None:
-    check_converges(ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM, run_cycles(ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM))
+def test_without_preempt_consolidation_grows_an_elastic_job_one_pod_per_cycle_as_kai() -> None:
+    """Nothing could take the moved pod later: the move stands (KAI's decision), and g3 grows no further."""
+    cluster = ELASTIC_GROWTH_TAKES_ITS_MOVED_VICTIM
+    cfg = resolve_config(cluster.config(actions="allocate, consolidation, reclaim"))
+    store = EmbeddedCluster(prepare(parse_objects(cluster.objects()), cfg, NOW))
+    result = run_prepared_cycle(store.parsed(), cfg, NOW)
+    assert [(e.pod, e.action) for e in result.evictions] == [("ns1/g1-3", "consolidation")]
+    assert sorted((p.pod, p.node) for p in result.pipelined) == [("ns1/g1-3", "n2"), ("ns1/g3-0", "n1")]
 
 
 # Found with fresh seeds (shrunk): without the claims KAI's order of actions livelocks. Reclaim takes g2 (q0, under d0)

@@ -232,15 +232,23 @@ class EvictingAction(Action):
             if job_budget.not_attempted:
                 self.unresolved(ssn, job, job_budget, SEARCH_NOT_ATTEMPTED)
                 continue  # (each later job too: the action has no time left)
-            for handler in ssn.job_solution_start_handlers:
-                handler(job)
-            stmt = Statement(ssn)
-            solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
-                                  self.max_victim_jobs(ssn), moves_only=self.moves_only,
-                                  chunks=self.chunk_sequence(ssn, victims), budget=job_budget.generator)
-            started = time.perf_counter()
-            scenario = solver.run(stmt)
-            self.count(ssn, solver, scenario is not None, time.perf_counter() - started)
+            growing = grows(ssn, job)  # (asked before the search places some of its pods)
+            stmt, solver, scenario = self.search(ssn, job, victims, job_budget)
+            if scenario is not None and growing and self.churns(ssn, job, scenario):
+                # an elastic job's next pod moves a pod that the job's later pods would move or evict again: its
+                # whole growth at once instead, where it can be placed
+                preemptable = self.moves_preemptable(ssn, job, scenario)
+                stmt.discard()
+                whole = self.grow_at_once(ssn, job, job_budget)
+                if whole is not None:
+                    stmt, solver, scenario = whole
+                elif self.moves_only and (preemptable or job.is_allocated_gang_satisfied()):
+                    # consolidation leaves the job to preempt, which takes those pods once; and it moves pods for
+                    # a running elastic job's growth only when the whole growth fits, so that no pod is moved again
+                    # for the job's next pod
+                    continue
+                else:
+                    stmt, solver, scenario = self.search(ssn, job, victims, job_budget)
             if scenario is None:
                 stmt.discard()
                 if solver.stopped_by_budget:  # proves nothing about similar jobs: not remembered as failed
@@ -255,6 +263,55 @@ class EvictingAction(Action):
             ssn.search_outcomes.append(job_budget.outcome(self.name, job.key, SEARCH_SOLVED))
             self.accept(ssn, job, scenario)
             stmt.commit()
+
+    def search(self, ssn: Session, job: PodGroupInfo, victims: list[PodGroupInfo],
+               job_budget: JobSearchBudget) -> tuple[Statement, VictimSolver, Scenario | None]:
+        """One victim search for the job's next tasks (``ssn.tasks_to_allocate``), in a statement of its own."""
+        for handler in ssn.job_solution_start_handlers:
+            handler(job)
+        stmt = Statement(ssn)
+        solver = VictimSolver(ssn, self.name, job, victims, self.validators(ssn), self.message(ssn),
+                              self.max_victim_jobs(ssn), moves_only=self.moves_only,
+                              chunks=self.chunk_sequence(ssn, victims), budget=job_budget.generator)
+        started = time.perf_counter()
+        scenario = solver.run(stmt)
+        self.count(ssn, solver, scenario is not None, time.perf_counter() - started)
+        return stmt, solver, scenario
+
+    def grow_at_once(self, ssn: Session, job: PodGroupInfo, job_budget: JobSearchBudget
+                     ) -> tuple[Statement, VictimSolver, Scenario] | None:
+        """The search for every pending pod of an elastic job at once (its eligibility and victims those of the
+        whole job): the solved scenario with its statement, else None (nothing left applied)."""
+        ssn.growing = job.uid
+        try:
+            if not self.eligible(ssn, job):
+                return None
+            victims = self.victims(ssn, job)
+            if not victims:
+                return None
+            stmt, solver, scenario = self.search(ssn, job, victims, job_budget)
+        finally:
+            ssn.growing = None
+        if scenario is None:
+            stmt.discard()
+            return None
+        return stmt, solver, scenario
+
+    def churns(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> bool:
+        """The scenario moves a pod (evicts it and places it again) that a later search of the same elastic job could
+        move or evict again: KAI grows an elastic job one pod per cycle, and the next pod's search may take what
+        this one moved for it (docs/evictions.md, "Elastic jobs grow at once"). Preempt: a moved pod preempt may
+        take (:meth:`moves_preemptable`); reclaim and consolidation: any moved pod."""
+        return self.moves_preemptable(ssn, job, scenario)
+
+    def moves_preemptable(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> bool:
+        """The scenario moves a pod of a lower-priority job of the job's queue that preempt may take."""
+        if "preempt" not in ssn.config.actions:
+            return False
+        filters = ssn.preempt_victim_filters
+        return any(t.status is TaskStatus.PIPELINED and (v := t.job) is not None and v.queue == job.queue
+                   and v.priority < job.priority and v.preemptible and all(f(job, v) for f in filters)
+                   for t in scenario.victim_tasks)
 
     def unresolved(self, ssn: Session, job: PodGroupInfo, job_budget: JobSearchBudget, result: str) -> None:
         """A search budget stopped the job's search (or left it none): recorded, and the job's pending reason
@@ -394,6 +451,10 @@ class ReclaimAction(EvictingAction):
     def validators(self, ssn: Session) -> list[Validator]:
         return [*ssn.reclaim_scenario_validators, *storm_guard(ssn)]
 
+    def churns(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> bool:
+        """Any moved pod: it passed reclaim's filters for this job, so the job's next pod may reclaim it."""
+        return any(t.status is TaskStatus.PIPELINED for t in scenario.victim_tasks)
+
     def message(self, ssn: Session) -> MessageFn:
         proportion = next((p for p in ssn.plugins if p.name == "proportion"), None)
         rules = getattr(proportion, "reclaim", None)
@@ -471,6 +532,18 @@ class ConsolidationAction(EvictingAction):
 
     def max_victim_jobs(self, ssn: Session) -> int:
         return ssn.params.max_consolidation_preemptees
+
+    def churns(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> bool:
+        return any(t.status is TaskStatus.PIPELINED for t in scenario.victim_tasks)
+
+
+def grows(ssn: Session, job: PodGroupInfo) -> bool:
+    """An elastic job whose pending pods are more than its next ones (``ssn.tasks_to_allocate``: the unsatisfied
+    gang, or one more pod)."""
+    if not job.is_elastic():
+        return False
+    pending = sum(1 for t in job.tasks if t.status is TaskStatus.PENDING)
+    return pending > len(ssn.tasks_to_allocate(job))
 
 
 def storm_guard(ssn: Session) -> list[Validator]:

@@ -151,6 +151,9 @@ class Session:
         #: jobs with a pending task when first asked (see actions.allocate.pending_jobs); None until then
         self.jobs_with_pending: list[PodGroupInfo] | None = None
         self._to_allocate: dict[str, tuple[int, list[TaskInfo]]] = {}
+        #: the uid of the elastic job an eviction search is placing whole (every pending pod at once, not one more:
+        #: actions.evicting, "growing at once"); None otherwise
+        self.growing: str | None = None
         self.ghost_ids = itertools.count()  # releasing copies left behind by moved victims
         # placement failures: task shape -> when it failed and why (actions.placement's FitFailure)
         self.fit_failures: dict[tuple[object, ...], object] = {}
@@ -281,8 +284,9 @@ class Session:
 
     def tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
         """Spec 4.4: the whole unsatisfied gang at once, or one more pod of an elastic job (cached until
-        one of the job's tasks changes, outside victim simulations)."""
-        if self.revivable:
+        one of the job's tasks changes, outside victim simulations). While an eviction search places the elastic
+        job ``growing`` whole: every pending pod of that job."""
+        if self.revivable or self.growing is not None:
             return self._tasks_to_allocate(job)
         cached = self._to_allocate.get(job.uid)
         if cached is None or cached[0] != job.version:
@@ -291,25 +295,27 @@ class Session:
         return list(cached[1])
 
     def _tasks_to_allocate(self, job: PodGroupInfo) -> list[TaskInfo]:
+        whole = job.uid == self.growing
         if len(job.pod_sets) == 1:  # (most jobs: the loop below for one pod set)
-            return self._pending_of(next(iter(job.pod_sets.values())))
+            return self._pending_of(next(iter(job.pod_sets.values())), whole)
         ordered = self.pod_set_order(job)
         unsatisfied = sum(1 for ps in ordered if ps.active_allocated < ps.min_available)
-        limit = max(unsatisfied, 1)
+        limit = len(ordered) if whole else max(unsatisfied, 1)
         out: list[TaskInfo] = []
         taken = 0
         for ps in ordered:
             if taken >= limit:
                 break
-            pending = self._pending_of(ps)
+            pending = self._pending_of(ps, whole)
             if not pending:
                 continue
             out.extend(pending)
             taken += 1
         return out
 
-    def _pending_of(self, ps: PodSetInfo) -> list[TaskInfo]:
-        """The pod set's next tasks: up to its unsatisfied minimum, else one (in task order)."""
+    def _pending_of(self, ps: PodSetInfo, whole: bool = False) -> list[TaskInfo]:
+        """The pod set's next tasks: up to its unsatisfied minimum, else one (in task order); ``whole``: all its
+        pending tasks."""
         revivable = self.revivable
         tasks = ps.tasks
         if len(tasks) == 1:  # (most pod sets) pending: none of it allocated, and a minimum is at least 1
@@ -325,6 +331,8 @@ class Session:
             return pending
         if len(pending) > 1:
             pending.sort(key=self.task_order_key)
+        if whole:
+            return pending
         a = ps.active_allocated
         n = ps.min_available - a if a < ps.min_available else 1
         return pending[:n]
