@@ -1734,7 +1734,7 @@ def waiting_phrases(result: SimResult, limit: int = 4) -> list[str]:
     if len(top) > limit:
         rest = len(top) - limit
         share = sum(r.seconds for _, r in top[limit:]) / total
-        phrases.append(f"{rest} more reason{'s' * (rest > 1)} {_pct(share, 0)}")
+        phrases.append(f"{rest} more {'reasons' if rest > 1 else 'reason'} {_pct(share, 0)}")
     return [f"{_hours(total)} job-hours pending", *phrases]
 
 
