@@ -74,10 +74,11 @@ def test_a_pytorchjob_of_one_master_and_three_workers_is_one_gang_of_four(cluste
     def running() -> JSON | None:
         status = (cluster.get(PYTORCHJOBS, "mnist") or {}).get("status") or {}
         conditions = {c["type"]: c["status"] for c in status.get("conditions") or ()}
-        return status if conditions.get("Running") == "True" else None
+        workers = (status.get("replicaStatuses") or {}).get("Worker") or {}
+        return status if conditions.get("Running") == "True" and workers.get("active") == 3 else None
 
-    status = wait_until(running, WAIT_S, "PyTorchJob mnist Running", describe=cluster.describe)
-    assert status["replicaStatuses"]["Worker"].get("active") == 3
+    status = wait_until(running, WAIT_S, "PyTorchJob mnist Running with 3 active workers", describe=cluster.describe)
+    assert status["replicaStatuses"]["Master"].get("active") == 1
 
 
 def test_an_mpijob_launcher_and_workers_are_one_gang(cluster: OperatorCluster) -> None:

@@ -31,7 +31,8 @@ CYCLES_UNBOUND = 15
 def test_a_raycluster_with_two_worker_groups_is_one_gang_and_grows_when_scaled_up(cluster: OperatorCluster) -> None:
     cluster.add_nodes(1, gpus=2)  # the gang needs 3 GPUs (head none, workers one each)
     q = cluster.queues(16, {"a": 16})
-    manifest = raycluster("ray", q["a"], {"small": (1, 1, 5), "large": (2, 2, 4)})
+    # group small: 1 replica, minReplicas 1; group large: 2 replicas, no minimum (its replicas count)
+    manifest = raycluster("ray", q["a"], {"small": (1, 1, 5), "large": (2, 0, 4)})
     made = cluster.create(RAYCLUSTERS, manifest)
     sched = cluster.kaisched()
 
@@ -65,19 +66,25 @@ def test_a_raycluster_with_two_worker_groups_is_one_gang_and_grows_when_scaled_u
 
     wait_until(ready, WAIT_S, "RayCluster ray ready (all its pods running)", describe=cluster.describe)
 
-    # scaled up by editing the CR: group small from 1 to 3 replicas; the new pods join the same PodGroup
+    # scaled up by editing the CR, both groups to 3 replicas: the new pods join the same PodGroup, which the
+    # pod-grouper updates as KAI's does: small keeps its minReplicas (1), large counts its replicas (now 3)
     cluster.patch(RAYCLUSTERS, "ray", {"spec": {"workerGroupSpecs": [
-        {**g, "replicas": 3} if g["groupName"] == "small" else g for g in manifest["spec"]["workerGroupSpecs"]]}})
-    placed = cluster.wait_all_bound(6, "RayCluster ray scaled up", {CLUSTER_LABEL: "ray"})
+        {**g, "replicas": 3} for g in manifest["spec"]["workerGroupSpecs"]]}})
+    placed = cluster.wait_all_bound(7, "RayCluster ray scaled up", {CLUSTER_LABEL: "ray"})
     pods = cluster.live_pods({CLUSTER_LABEL: "ray"})
     assert collections.Counter(p["metadata"]["labels"][GROUP_LABEL] for p in pods.values()) == {
-        "headgroup": 1, "small": 3, "large": 2}
+        "headgroup": 1, "small": 3, "large": 3}
     assert {p["metadata"]["annotations"].get("pod-group-name") for p in pods.values()} == {group_name}
     assert len(set(placed.values())) <= 2
     assert list(cluster.pod_groups()) == [group_name], "scaling up makes no second PodGroup"
-    # minReplicas of both groups is set: KAI's minMember (1 + 1 + 2) does not change with the replicas
-    assert_pod_group(cluster.wait_pod_group(group_name), made, min_member=4, queue=q["a"], priority="train",
-                     sub_groups={"headgroup": 1, "small": 1, "large": 2})
+
+    def updated() -> JSON | None:
+        group = cluster.kube.pod_group(cluster.ns, group_name) or {}
+        return group if group.get("spec", {}).get("minMember") == 5 else None
+
+    group = wait_until(updated, WAIT_S, f"PodGroup {group_name}: minMember 1 + 1 + 3", describe=cluster.describe)
+    assert_pod_group(group, made, min_member=5, queue=q["a"], priority="train",
+                     sub_groups={"headgroup": 1, "small": 1, "large": 3})
 
 
 def test_a_rayjob_gets_a_cluster_that_is_gang_scheduled_then_deleted_when_the_job_ends(

@@ -104,6 +104,24 @@ def test_owner_chains_are_read_once_and_cached() -> None:
     assert len(api.calls) == 4  # refreshed after the TTL
 
 
+def test_a_new_pod_reads_its_owner_chain_afresh() -> None:
+    """A RayCluster scaled up: its new pods come with a changed spec, which the cached copy does not show."""
+    cluster_path = "/apis/ray.io/v1/namespaces/ns/rayclusters/rc"
+    api = OwnersApi({cluster_path: {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                                    "metadata": {"name": "rc", "namespace": "ns", "uid": "rc"}}})
+    owners = OwnerCache(api, clock=lambda: 0.0)
+    ref = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "rc", "controller": True}
+    first = parse_objects([pod("a", "1", owner=ref)]).pods
+    owners.owners_of(first)
+    owners.owners_of(first)  # the same pod again: cached
+    assert api.calls == [cluster_path]
+    both = parse_objects([pod("a", "1", owner=ref), pod("b", "1", owner=ref)]).pods
+    owners.owners_of(both)  # b is new: read afresh, once for both pods
+    assert api.calls == [cluster_path, cluster_path]
+    owners.owners_of(both)
+    assert len(api.calls) == 2
+
+
 def test_missing_or_unknown_owners_are_not_fatal() -> None:
     api = OwnersApi({}, fail=403)
     owners = OwnerCache(api, clock=lambda: 0.0)

@@ -11,7 +11,7 @@ from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.parse import parse_objects
 from kaisched.kube.api import ApiError
 from kaisched.kube.grouper_controller import PodGrouperController
-from kaisched.kube.operations import CreatePodGroup, Event, PodMetadataPatch
+from kaisched.kube.operations import CreatePodGroup, Event, PodGroupSpecPatch, PodMetadataPatch
 from kaisched.kube.writer import ClusterWriter
 from tests.unit.test_kube_writer import RecordingApi, pod, pod_group
 
@@ -166,3 +166,36 @@ def test_pod_group_created_meanwhile_counts_as_done_and_failures_warn_on_the_pod
     assert warning["involvedObject"]["name"] == "solo"
     assert warning["message"] == ("Failed to create PodGroup ns/pg-solo-solo-uid: 403 Forbidden: cannot create "
                                   "podgroups")
+
+
+def replan(*objects: dict[str, Any]) -> dict[str, Any]:
+    """What the pod-grouper makes afresh of the objects (``group_live``'s ``replanned``)."""
+    return {f"{pg.meta.namespace}/{pg.meta.name}": pg for pg in grouped(*objects).pod_groups}
+
+
+def test_a_pod_group_the_grouper_made_is_updated_when_its_workload_changed_but_keeps_its_queue():
+    """KAI's pod-grouper updates the PodGroup of a workload whose pods are grouped again (new pods after the job
+    grew): minMember and subgroups follow the workload, the queue stays."""
+    pods = pytorch_pods()
+    old = pod_group("ns/pg-tj-tj-uid", spec={"queue": "old-queue", "minMember": 2, "priorityClassName": "train",
+                                             "subGroups": [{"name": "master", "minMember": 1},
+                                                           {"name": "worker", "minMember": 1}]})
+    old["metadata"]["ownerReferences"] = [PYTORCH_OWNER]
+    now = replan(pytorch_job(workers=2), *pods)
+    ops = PodGrouperController().plan(pods, [old], grouped(pytorch_job(workers=2), *pods, old), NOW, now)
+    assert [type(op) for op in ops] == [PodGroupSpecPatch] + [PodMetadataPatch] * 3
+    (request,) = ops[0].requests()
+    assert (request.method, request.path) == ("PATCH", "/apis/scheduling.run.ai/v2alpha2/namespaces/ns/podgroups/"
+                                                        "pg-tj-tj-uid")
+    assert request.body == {"spec": {"minMember": 3, "subGroups": [{"name": "master", "minMember": 1},
+                                                                   {"name": "worker", "minMember": 2}]}}
+    # once the API shows it, nothing more to update
+    old["spec"].update(request.body["spec"])
+    assert not [op for op in PodGrouperController().plan(pods, [old], grouped(pytorch_job(), *pods, old), NOW, now)
+                if isinstance(op, PodGroupSpecPatch)]
+    # a PodGroup of another owner (or a user's, with none) is never updated
+    for owners in ([{**PYTORCH_OWNER, "uid": "another"}], []):
+        old["metadata"]["ownerReferences"] = owners
+        old["spec"]["minMember"] = 1
+        assert not [op for op in PodGrouperController().plan(pods, [old], grouped(pytorch_job(), *pods, old), NOW,
+                                                             now) if isinstance(op, PodGroupSpecPatch)]

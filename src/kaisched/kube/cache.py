@@ -124,6 +124,10 @@ class OwnerCache:
     Only kinds the pod-grouper knows (``WORKLOAD_KINDS``) are fetched; an owner that cannot be read (gone,
     forbidden, an API group the cluster does not serve) is remembered as missing for a while, and the
     pod is grouped from its references alone, as for any other unknown owner.
+
+    A pod not seen before (by uid) has its owner chain read afresh, whatever the cache holds: new pods of a
+    workload often follow a change of it (a RayCluster or an elastic job scaled up), and the pod-grouper must
+    size the PodGroup from the workload as it is now, as KAI's reads it from an up-to-date informer.
     """
 
     api: Api
@@ -131,35 +135,44 @@ class OwnerCache:
     ttl: float = OWNER_TTL_S
     missing_ttl: float = MISSING_OWNER_TTL_S
     _owners: dict[tuple[str, str, str], _Owner] = field(default_factory=dict)
+    _seen: set[str] = field(default_factory=set)  # uids of the pods of the last call
     fetches: int = 0
 
     def owners_of(self, pods: Iterable[Pod]) -> list[Json]:
-        """Every owner object up the chains of ``pods`` that the API has (decoded JSON), once each."""
+        """Every owner object up the chains of ``pods`` that the API has (decoded JSON), once each; the chains
+        of pods the last call did not have are read afresh."""
         out: dict[tuple[str, str, str], Json] = {}
-        todo: list[tuple[str, str, str, str, int]] = []  # (namespace, apiVersion, kind, name, depth)
+        todo: list[tuple[str, str, str, str, int, bool]] = []  # (namespace, apiVersion, kind, name, depth, fresh)
+        seen: set[str] = set()
         for pod in pods:
+            fresh = bool(pod.meta.uid) and pod.meta.uid not in self._seen
+            seen.add(pod.meta.uid)
             for ref in pod.meta.owner_references:
-                todo.append((pod.meta.namespace, ref.api_version, ref.kind, ref.name, 0))
+                todo.append((pod.meta.namespace, ref.api_version, ref.kind, ref.name, 0, fresh))
+        self._seen = seen
+        # the chains of new pods first, so that an owner shared with older pods is read afresh once
+        todo.sort(key=lambda item: item[5])
         while todo:
-            namespace, api_version, kind, name, depth = todo.pop()
+            namespace, api_version, kind, name, depth, fresh = todo.pop()
             key = (namespace, f"{api_version}/{kind}", name)
             if key in out or depth >= MAX_OWNER_DEPTH or kind not in C.WORKLOAD_KINDS:
                 continue
-            obj = self._get(namespace, api_version, kind, name)
+            obj = self._get(namespace, api_version, kind, name, fresh=fresh)
             if obj is None:
                 continue
             out[key] = obj
             for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
                 if isinstance(ref, Mapping) and ref.get("kind") and ref.get("name"):
                     todo.append((namespace, str(ref.get("apiVersion", "")), str(ref["kind"]), str(ref["name"]),
-                                 depth + 1))
+                                 depth + 1, fresh))
         return [out[k] for k in sorted(out)]
 
-    def _get(self, namespace: str, api_version: str, kind: str, name: str) -> Json | None:
+    def _get(self, namespace: str, api_version: str, kind: str, name: str, *, fresh: bool = False) -> Json | None:
         key = (namespace, f"{api_version}/{kind}", name)
         now = self.clock()
         cached = self._owners.get(key)
-        if cached is not None and now - cached.fetched < (self.ttl if cached.obj is not None else self.missing_ttl):
+        if not fresh and cached is not None and \
+                now - cached.fetched < (self.ttl if cached.obj is not None else self.missing_ttl):
             return cached.obj
         path = owner_path(api_version, kind, namespace, name)
         obj: Json | None = None

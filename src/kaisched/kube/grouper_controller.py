@@ -13,11 +13,16 @@ decoded JSON) with the objects after ``prepare()`` and plans, through the same
   label) differs from the grouping;
 * a Warning ``PodGrouperWarning`` event on a pod the grouper could not group (deduplicated like every event).
 
-PodGroups that exist in the API are never touched: user-made ones (pods with ``pod-group-name`` and no
-owner) and those the pod-grouper wrote earlier alike (KAI's pod-grouper keeps an existing PodGroup's queue;
-updates of an existing PodGroup's other fields are not planned). Pods of other schedulers, pods being
-deleted and pods the API does not have (those ``prepare()`` made up for workloads) are left alone. Planning is
-idempotent: once the API shows the writes, a new run plans nothing.
+* a :class:`~kaisched.kube.operations.PodGroupSpecPatch` of a PodGroup the pod-grouper made (owned by the
+  same top owner) when pods of it are grouped again, new pods of a workload that changed, and the grouping
+  gives other ``minMember``, ``subGroups``, ``priorityClassName``, ``preemptibility`` or
+  ``topologyConstraint`` than the API holds: KAI's pod-grouper updates the PodGroup so (a RayCluster's group
+  scaled up from 1 to 3 replicas without ``minReplicas`` makes its minMember 2 larger), keeping its queue.
+
+User-made PodGroups (pods with ``pod-group-name`` and no owner) are never touched, nor is the queue of any
+existing PodGroup. Pods of other schedulers, pods being deleted and pods the API does not have (those
+``prepare()`` made up for workloads) are left alone. Planning is idempotent: once the API shows the writes, a
+new run plans nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from kaisched.kube.operations import (
     EventMemory,
     ObjectRef,
     Operation,
+    PodGroupSpecPatch,
     PodMetadataPatch,
     split_key,
 )
@@ -98,14 +104,18 @@ class PodGrouperController:
         self.events = events if events is not None else EventMemory(GROUPER_COMPONENT)
 
     def plan(self, pods: Iterable[Mapping[str, Any]], pod_groups: Iterable[Mapping[str, Any]],
-             grouped: ParsedObjects, now: datetime | None = None) -> list[Operation]:
+             grouped: ParsedObjects, now: datetime | None = None,
+             replanned: Mapping[str, PodGroup] | None = None) -> list[Operation]:
         """``pods`` and ``pod_groups``: the API's objects (decoded JSON); ``grouped``: the objects after
-        ``prepare()``. Returns the PodGroup creations, then the pod patches, then the warnings."""
+        ``prepare()``; ``replanned``: the pod-grouper's PodGroups, made afresh, of existing PodGroups (by
+        ``namespace/name``; :func:`kaisched.kube.live.group_live`). Returns the PodGroup creations, then their
+        updates, then the pod patches, then the warnings."""
         when = now or datetime.now(UTC)
-        existing = {_key(pg) for pg in pod_groups}
+        existing = {_key(pg): pg for pg in pod_groups}
         planned = {f"{pg.meta.namespace}/{pg.meta.name}": pg for pg in grouped.pod_groups}
         grouped_pods = {f"{p.meta.namespace}/{p.meta.name}": p for p in grouped.pods}
         creates: dict[str, CreatePodGroup] = {}
+        updates: dict[str, PodGroupSpecPatch | None] = {}
         patches: list[Operation] = []
         self.events.begin()
         warnings: list[Operation] = []
@@ -138,6 +148,9 @@ class PodGrouperController:
                 if pg is None:
                     continue  # a manual PodGroup that does not exist (yet): the user's to create
                 creates[group_key] = CreatePodGroup(pod_group_body(pg), for_pod=ref)
+            elif group_key in existing and group_key not in updates:
+                pg = (replanned or {}).get(group_key)
+                updates[group_key] = _spec_update(existing[group_key], pg, ref) if pg is not None else None
             annotations = _mapping(meta.get("annotations"))
             labels = _mapping(meta.get("labels"))
             want_annotations: dict[str, str | None] = {}
@@ -150,4 +163,27 @@ class PodGrouperController:
             if want_annotations or want_labels:
                 patches.append(PodMetadataPatch(ref, labels=want_labels, annotations=want_annotations))
         self.events.end(when)
-        return [*(creates[k] for k in sorted(creates)), *patches, *warnings]
+        changed = [u for _, u in sorted(updates.items()) if u is not None]
+        return [*(creates[k] for k in sorted(creates)), *changed, *patches, *warnings]
+
+
+#: the spec fields of a PodGroup the pod-grouper keeps up to date (the queue is kept as created)
+GROUPER_SPEC_FIELDS = ("minMember", "priorityClassName", "preemptibility", "subGroups", "topologyConstraint")
+
+
+def _spec_update(current: Mapping[str, Any], pg: PodGroup, pod: ObjectRef) -> PodGroupSpecPatch | None:
+    """The patch that brings an existing PodGroup the pod-grouper made to the grouping, or None when it is
+    already there (or is not the pod-grouper's: not owned by the planned top owner)."""
+    meta = _mapping(current.get("metadata"))
+    owner_uids = {str(_mapping(r).get("uid", "")) for r in meta.get("ownerReferences") or ()}
+    planned_uids = {r.uid for r in pg.meta.owner_references}
+    if not planned_uids or not owner_uids & planned_uids:
+        return None
+    want = pod_group_body(pg)["spec"]
+    have = _mapping(current.get("spec"))
+    diff = {f: want.get(f) for f in GROUPER_SPEC_FIELDS if want.get(f) != have.get(f)}
+    if not diff:
+        return None
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    ref = ObjectRef(C.POD_GROUP_API_VERSION, C.POD_GROUP_KIND, name, namespace, str(meta.get("uid", "")))
+    return PodGroupSpecPatch(ref, diff, for_pod=pod)

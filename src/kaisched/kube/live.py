@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from kaisched.framework.config import SchedulerConfig
 from kaisched.k8s import constants as C
-from kaisched.k8s.objects import ParsedObjects, Pod
+from kaisched.k8s.objects import ParsedObjects, Pod, PodGroup
 from kaisched.kube.api import Api, ApiError
 from kaisched.kube.cache import OwnerCache, ParseCache
 from kaisched.kube.claims import discover_dra_version
@@ -178,9 +178,13 @@ def read_live(api: Api, config: SchedulerConfig, now: datetime, *, server: str =
 
 
 def group_live(parsed: ParsedObjects, owners: OwnerCache, cache: ParseCache, config: SchedulerConfig,
-               now: datetime) -> ParsedObjects:
+               now: datetime, replanned: dict[str, PodGroup] | None = None) -> ParsedObjects:
     """Kubernetes mode's grouping (``KubeScheduler._group``): pods that name an existing PodGroup are taken as they
-    are; the others of this scheduler go through the pod-grouper, their owners read from the API (GET only)."""
+    are; the others of this scheduler go through the pod-grouper, their owners read from the API (GET only).
+
+    ``replanned``, when given, receives (by ``namespace/name``) the PodGroup the pod-grouper makes now for each
+    PodGroup that exists already and has pods among those grouped: the cycle keeps the existing one, the
+    pod-grouper controller updates it to this (as KAI's pod-grouper does when a workload changed)."""
     params = config.params
     existing = {(pg.meta.namespace, pg.meta.name) for pg in parsed.pod_groups}
     settled: list[Pod] = []
@@ -202,6 +206,14 @@ def group_live(parsed: ParsedObjects, owners: OwnerCache, cache: ParseCache, con
     priority_classes = frozenset({*C.BUILTIN_PRIORITY_CLASSES, *(pc.meta.name for pc in parsed.priority_classes)})
     grouped = group_pods(replace(with_owners, errors=errors), scheduler_name=params.scheduler_name,
                          priority_classes=priority_classes, defaults=defaults, now=now)
+    if replanned is not None and parsed.pod_groups:
+        made = {f"{pg.meta.namespace}/{pg.meta.name}" for pg in parsed.pod_groups}
+        afresh = group_pods(replace(with_owners, pod_groups=[], errors=[]), scheduler_name=params.scheduler_name,
+                            priority_classes=priority_classes, defaults=defaults, now=now)
+        for pg in afresh.pod_groups:
+            key = f"{pg.meta.namespace}/{pg.meta.name}"
+            if key in made:
+                replanned[key] = pg
     return replace(grouped, pods=[*settled, *grouped.pods], errors=[*grouped.errors, *found.errors])
 
 

@@ -623,6 +623,37 @@ class CreatePodGroup(Operation):
 
 
 @dataclass(frozen=True, slots=True)
+class PodGroupSpecPatch(Operation):
+    """Merge-patch the fields of a PodGroup's spec that the pod-grouper computes (minMember, subGroups,
+    priorityClassName, preemptibility, topologyConstraint; None removes one), as KAI's pod-grouper updates
+    the PodGroup of a workload that changed. Never the queue."""
+
+    name: ClassVar[str] = "update"
+    failure_reason: ClassVar[str | None] = "PodGrouperWarning"
+    pod_group: ObjectRef
+    spec: Mapping[str, Any]
+    for_pod: ObjectRef | None = None  # where a failure is reported
+
+    @property
+    def target(self) -> ObjectRef:
+        return self.pod_group
+
+    @property
+    def slot(self) -> str | None:
+        return "spec"
+
+    def requests(self) -> tuple[Request, ...]:
+        return (Request("PATCH", pod_group_path(self.pod_group.namespace, self.pod_group.name),
+                        {"spec": dict(self.spec)}, MERGE_PATCH, done_when=is_not_found),)
+
+    def failure_ops(self, error: ApiError, step: int, now: datetime, seq: int) -> list[Operation]:
+        if self.for_pod is None:
+            return []
+        message = f"Failed to update PodGroup {self.pod_group.key}: {_error_text(error)}"
+        return [new_event(self.for_pod, "Warning", "PodGrouperWarning", message, now, seq)]
+
+
+@dataclass(frozen=True, slots=True)
 class PodGroupStatusPatch(Operation):
     """Merge-patch ``status`` of a PodGroup (``schedulingConditions``)."""
 

@@ -46,7 +46,7 @@ from kaisched.cluster.schedule import compiled_core, long_lived_frozen, no_cycli
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
-from kaisched.k8s.objects import ObjectError, ParsedObjects
+from kaisched.k8s.objects import ObjectError, ParsedObjects, PodGroup
 from kaisched.kube.api import Api, ApiError
 from kaisched.kube.cache import OwnerCache, ParseCache, overlay
 from kaisched.kube.claims import discover_dra_version, held_devices, stale_reservations
@@ -390,8 +390,9 @@ class KubeScheduler:
             claims = writer.claims.overlay(api_claims)
             parsed = self._parse(overlay(api_pods, {k: (p.node, p.gpu_groups) for k, p in placements.items()},
                                          evictions, _rfc3339(now)), claims)
-            prepared = self._group(parsed, now)
-            writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now))
+            replanned: dict[str, PodGroup] = {}
+            prepared = self._group(parsed, now, replanned)
+            writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now, replanned))
             usage = self.usage.table(now) if self.usage is not None else None
             result, timings = self._cycle(prepared, now, usage)
             if self.usage is not None:
@@ -496,11 +497,13 @@ class KubeScheduler:
         cache.parse("ConfigMap", self._items(CONFIGMAP), parsed)
         return parsed
 
-    def _group(self, parsed: ParsedObjects, now: datetime) -> ParsedObjects:
+    def _group(self, parsed: ParsedObjects, now: datetime,
+               replanned: dict[str, PodGroup] | None = None) -> ParsedObjects:
         """Pods that name an existing PodGroup are taken as they are (as KAI's scheduler reads the
         annotation); the others of this scheduler go through the pod-grouper, with their owners read from
-        the API (:func:`kaisched.kube.live.group_live`, which the read-only commands share)."""
-        return group_live(parsed, self.owners, self.parse_cache, self.config, now)
+        the API (:func:`kaisched.kube.live.group_live`, which the read-only commands share; ``replanned``
+        receives what the pod-grouper would make now of the existing PodGroups of those pods)."""
+        return group_live(parsed, self.owners, self.parse_cache, self.config, now, replanned)
 
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
