@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kaisched.cluster.workloads import CONTROLLERS
 from kaisched.cluster.workloads.base import Emit
@@ -28,7 +30,7 @@ from tests.operators.operators import OperatorProcess
 
 pytestmark = pytest.mark.operators
 
-GPU_CONTAINER: JSON = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 #: KubeRay's pod-name suffix: five characters of Kubernetes' random-string alphabet
 RAY_SUFFIX = re.compile(r"-[bcdfghjklmnpqrstvwxz2456789]{5}$")
 
@@ -50,8 +52,8 @@ def embedded_pods(workload: Mapping[str, Any]) -> list[JSON]:
 
 def _container(c: Mapping[str, Any]) -> JSON:
     resources = c.get("resources") or {}
-    limits = dict(resources.get("limits") or {})
-    requests = {**limits, **(resources.get("requests") or {})}  # the API server's defaulting
+    limits = {k: str(v) for k, v in (resources.get("limits") or {}).items()}  # a manifest's 1 is the API's "1"
+    requests = {**limits, **{k: str(v) for k, v in (resources.get("requests") or {}).items()}}  # API defaulting
     ports = sorted((p.get("name", ""), p["containerPort"], p.get("protocol", "TCP")) for p in c.get("ports") or ())
     return {"name": c["name"], "image": c.get("image"), "limits": limits, "requests": requests, "ports": ports}
 
@@ -111,6 +113,30 @@ def test_the_embedded_training_operator_makes_the_pytorchjob_pods_the_real_one_m
     assert worker["restartPolicy"] == "OnFailure"
     assert worker["containers"][0]["ports"] == [("pytorchjob-port", 23456, "TCP")]
     assert real["pt-master-0"]["initContainers"] == []
+
+
+@pytest.mark.parametrize(("fixture", "resource", "pods"), [
+    ("tfjob.yaml", "tfjobs", ["dist-mnist-ps-0", "dist-mnist-worker-0", "dist-mnist-worker-1"]),
+    ("xgboostjob.yaml", "xgboostjobs", ["xgboost-dist-iris-master-0", "xgboost-dist-iris-worker-0",
+                                        "xgboost-dist-iris-worker-1"]),
+])
+def test_the_embedded_training_operator_makes_the_tfjob_and_xgboostjob_pods_the_real_one_makes(
+    cluster: OperatorCluster, fixture: str, resource: str, pods: list[str],
+) -> None:
+    """The workload fixtures of the unit tests (Kubeflow's examples), one replica spec left without a restart
+    policy so that the kind's default is compared too."""
+    manifest = yaml.safe_load((FIXTURES / fixture).read_text())
+    del manifest["metadata"]["namespace"]
+    specs = next(v for k, v in manifest["spec"].items() if k.endswith("ReplicaSpecs"))
+    next(iter(specs.values())).pop("restartPolicy", None)
+    made = cluster.create(f"{KUBEFLOW}/{resource}", manifest)
+    name = made["metadata"]["name"]
+    cluster.wait_pods(len(pods), f"{made['kind']} {name}", {"training.kubeflow.org/job-name": name})
+    job = cluster.get(f"{KUBEFLOW}/{resource}", name)
+    assert job is not None
+    real = by_name(owned_by(cluster, job))
+    assert sorted(real) == pods
+    assert_same_pods(real, by_name(embedded_pods(job)))
 
 
 def test_the_embedded_training_operator_makes_the_mpijob_pods_the_real_one_makes(cluster: OperatorCluster) -> None:
