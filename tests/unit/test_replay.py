@@ -454,3 +454,16 @@ def test_help_examples_run_as_written(command: str, monkeypatch: pytest.MonkeyPa
         assert words[:2] == ["kaisched", command]
         result = CliRunner().invoke(cli, words[1:], env={"COLUMNS": "120"})
         assert result.exit_code == 0, (line, result.output)
+
+
+def test_a_real_kai_snapshot_tool_log_is_read() -> None:
+    """examples/kai/gang-snapshot-tool.log is KAI's own snapshot-tool (main branch, d5bc503a) at --verbosity 6 on
+    examples/kai/gang.zip: colour codes, the statement's node lines, the committed lines."""
+    from kaisched.cluster.kai_log import Decision, read_kai_log
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "kai"
+    log = read_kai_log((root / "gang-snapshot-tool.log").read_text())
+    assert log.decisions == [Decision("bind", "team/notebook-0", "node-1"), Decision("bind", "team/train-0", "node-0"),
+                             Decision("bind", "team/train-1", "node-0")]
+    rp = load_replay(root / "gang.zip")
+    assert rp.snapshot.kai_version == "v0.17" and rp.warnings == []

@@ -28,9 +28,9 @@ Examples:
   kaisched replay examples/kai/snapshot.zip -o json --now 2026-01-02T00:00:00Z
   # why is pod train-0 of namespace team-a waiting on that state?
   kaisched replay examples/kai/snapshot.zip --explain train-0 -n team-a
-  # compare with KAI's own decisions (snapshot-tool --verbosity 4 log)
-  kaisched replay examples/kai/snapshot.zip \\
-      --diff examples/kai/snapshot-tool.log --now 2026-01-02T00:00:00Z
+  # compare with KAI's own decisions (its snapshot-tool's log of the file)
+  kaisched replay examples/kai/gang.zip \\
+      --diff examples/kai/gang-snapshot-tool.log --now 2026-01-02T00:00:00Z
 """
 
 
