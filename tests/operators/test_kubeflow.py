@@ -216,3 +216,32 @@ def test_a_pod_the_operator_deleted_or_made_anew_since_the_snapshot_is_never_bou
     assert {name: node_of(pod) for name, pod in now.items()} == {
         "race-worker-0": "", "race-worker-1": node, "race-worker-2": node}, "only the planned pods are bound"
     assert not [e for e in cluster.events("FailedBinding") if e["involvedObject"]["name"] == "race-worker-0"]
+
+
+def test_a_waiting_gang_runs_once_the_job_before_it_completes(cluster: OperatorCluster) -> None:
+    """The kubelet ends the first job's pods (Succeeded): the operator marks the job Succeeded, and the GPUs its
+    finished pods held go to the next gang."""
+    cluster.add_nodes(1, gpus=4)
+    q = cluster.queues(8, {"a": 8})
+    cluster.create(PYTORCHJOBS, pytorchjob("first", q["a"], workers=3))
+    sched = cluster.kaisched()
+    cluster.wait_all_bound(4, "PyTorchJob first", {JOB_NAME: "first"})
+    cluster.create(PYTORCHJOBS, pytorchjob("second", q["a"], workers=3))
+    cluster.wait_pods(4, "PyTorchJob second", {JOB_NAME: "second"})
+    cycle = int(sched.wait_cycle(1)["cycle"])
+    sched.wait_cycle(cycle + CYCLES_UNBOUND)
+    assert not any(node_of(p) for p in cluster.live_pods({JOB_NAME: "second"}).values()), "4 GPUs are in use"
+
+    for name in sorted(cluster.live_pods({JOB_NAME: "first"})):
+        cluster.stack.kubelet.wait_running(cluster.ns, name)
+        cluster.stack.kubelet.finish(cluster.ns, name)
+
+    def succeeded() -> JSON | None:
+        status = (cluster.get(PYTORCHJOBS, "first") or {}).get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or ()}
+        return status if conditions.get("Succeeded") == "True" else None
+
+    wait_until(succeeded, WAIT_S, "PyTorchJob first Succeeded", describe=cluster.describe)
+    cluster.wait_all_bound(4, "PyTorchJob second, once first is done", {JOB_NAME: "second"})
+    phases = {p["status"].get("phase") for p in cluster.live_pods({JOB_NAME: "first"}).values()}
+    assert phases <= {"Succeeded"}, phases  # finished pods stay (cleanPodPolicy) but hold no GPU
