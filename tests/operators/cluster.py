@@ -40,6 +40,7 @@ KUBEFLOW = "/apis/kubeflow.org/v1"
 RAY = "/apis/ray.io/v1"
 #: the operators' resources a test may create, removed first at clean-up (plural paths under the group)
 OPERATOR_RESOURCES = (f"{KUBEFLOW}/pytorchjobs", f"{KUBEFLOW}/mpijobs", f"{KUBEFLOW}/tfjobs",
+                      f"{KUBEFLOW}/xgboostjobs", f"{KUBEFLOW}/mxjobs", f"{KUBEFLOW}/paddlejobs",
                       f"{RAY}/rayjobs", f"{RAY}/rayservices", f"{RAY}/rayclusters")
 NODE_EPHEMERAL_STORAGE = "100Gi"
 PYTORCH_IMAGE = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
@@ -136,7 +137,10 @@ class OperatorCluster(ContractCluster):
         wait_until(lambda: not any(self.kube.items(ns_path(r, self.ns)) for r in OPERATOR_RESOURCES), WAIT_S,
                    "the test's operator resources deleted", interval=0.2)
         super().cleanup()
+        # no namespace controller runs: the namespace stays Terminating, empty
         self.kube.delete("/api/v1/namespaces/" + self.ns)
+        leftover = self.kube.items(pods_path(self.ns))
+        assert not leftover, f"pods left in {self.ns}: {[p['metadata']['name'] for p in leftover]}"
 
 
 # ---------------------------------------------------------------------------------------------- manifests
