@@ -20,6 +20,8 @@ TIERS = [{"plugins": [{"name": n} for n in ("predicates", "proportion", "priorit
                                             "subgrouporder", "taskorder", "nominatednode", "dynamicresources")]
           + [{"name": "nodeplacement", "arguments": {"cpu": "binpack", "gpu": "binpack"}},
              {"name": "minruntime"}, {"name": "topology"}, {"name": "snapshot"}]}]
+#: KAI v0.16+'s default tiers add the eviction search's scenario generators (conf_util's default configuration)
+TIERS_V017 = [{"plugins": [*TIERS[0]["plugins"], {"name": "sg-nodelocalgreedy"}, {"name": "sg-multinodegang"}]}]
 ACTIONS = "allocate, consolidation, reclaim, preempt, stalegangeviction"
 
 
@@ -100,7 +102,7 @@ def document(version: str = "v0.17", objects: dict[str, list[dict[str, Any]]] | 
     keys = V017_RAW_KEYS if version == "v0.17" else V013_RAW_KEYS
     raw = {k: objects.get(k) or None for k in keys}
     if config is None:
-        config = {"actions": ACTIONS, "tiers": TIERS}
+        config = {"actions": ACTIONS, "tiers": TIERS_V017 if version == "v0.17" else TIERS}
         if version == "v0.17":
             config["scenarioSearchBudgets"] = {"maxActionSearchDuration": {"default": "5m0s"},
                                                "maxJobSearchDuration": "4m0s", "minJobSearchDuration": "0s",
@@ -128,3 +130,15 @@ def zip_bytes(entries: dict[str, bytes]) -> bytes:
 
 def snapshot(version: str = "v0.17", **kwargs: Any) -> bytes:
     return zipped(document(version, **kwargs), version=version)
+
+
+def without_generators(config: Any) -> Any:
+    """``config`` (a SchedulerConfig) without KAI's scenario generator plugins, which kaisched's snapshots name for
+    KAI's tool (no-ops in kaisched), and with KAI's explicit action list flag: to compare a replayed configuration
+    with the one written."""
+    from dataclasses import replace
+
+    from kaisched.plugins.registry import SCENARIO_GENERATOR_PLUGINS
+
+    tiers = tuple(tuple(p for p in tier if p.name not in SCENARIO_GENERATOR_PLUGINS) for tier in config.tiers)
+    return replace(config, tiers=tiers, actions_explicit=False)

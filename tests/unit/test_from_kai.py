@@ -36,8 +36,8 @@ def test_the_default_shard_is_kais_default_configuration() -> None:
     assert m["actions"] == "allocate, consolidation, reclaim, preempt, stalegangeviction"
     assert plugin_names(m) == ["predicates", "proportion", "priority", "nodeavailability", "resourcetype",
                                "podaffinity", "elastic", "kubeflow", "ray", "subgrouporder", "taskorder",
-                               "nominatednode", "dynamicresources", "minruntime", "topology", "snapshot", "gpupack",
-                               "nodeplacement", "gpusharingorder"]
+                               "nominatednode", "dynamicresources", "minruntime", "topology", "snapshot",
+                               "sg-nodelocalgreedy", "sg-multinodegang", "gpupack", "nodeplacement", "gpusharingorder"]
     assert m["tiers"][0]["plugins"][-2] == {"name": "nodeplacement", "arguments": {"gpu": "binpack", "cpu": "binpack"}}
     config = resolve_config(rendered.config())
     assert config.search_budgets is not None and config.search_budgets.job_limit() == 240

@@ -29,8 +29,8 @@ Examples:
   # why is pod train-0 of namespace team-a waiting on that state?
   kaisched replay examples/kai/snapshot.zip --explain train-0 -n team-a
   # compare with KAI's own decisions (its snapshot-tool's log of the file)
-  kaisched replay examples/kai/gang.zip \\
-      --diff examples/kai/gang-snapshot-tool.log --now 2026-01-02T00:00:00Z
+  kaisched replay examples/kai/snapshot.zip \\
+      --diff examples/kai/snapshot-tool.log --now 2026-01-02T00:00:00Z
 """
 
 

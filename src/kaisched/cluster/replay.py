@@ -32,7 +32,7 @@ from kaisched.k8s.kai_snapshot import (
 from kaisched.k8s.objects import ParsedObjects
 from kaisched.model.snapshot import SnapshotOptions, forget_cached_facts
 from kaisched.model.usage import UsageTable
-from kaisched.plugins.registry import ACCEPTED_WITHOUT_EFFECT, PLUGINS
+from kaisched.plugins.registry import ACCEPTED_WITHOUT_EFFECT, PLUGINS, SCENARIO_GENERATOR_PLUGINS
 
 
 @dataclass(slots=True)
@@ -131,11 +131,17 @@ def run_replay(replay: Replay, now: datetime | None = None, usage: UsageTable | 
 
 def kai_config_document(config: SchedulerConfig) -> dict[str, Any]:
     """``config`` of a snapshot: the configuration in KAI's SchedulerConfiguration shape (resolved, as KAI's
-    ``ResolveConfigurationFromFile`` leaves it: the actions run and every tier)."""
+    ``ResolveConfigurationFromFile`` leaves it: the actions run and every tier), with KAI v0.16+'s scenario generator
+    plugins (``sg-nodelocalgreedy``, ``sg-multinodegang``) named, so that KAI's snapshot-tool searches for evictions
+    as kaisched does."""
+    tiers = [[{"name": p.name, "arguments": dict(p.arguments)} if p.arguments else {"name": p.name} for p in tier]
+             for tier in config.tiers]
+    named = {p.name for p in config.plugins}
+    if tiers:  # KAI v0.16+ searches for eviction scenarios only with these plugins; kaisched's search is built in
+        tiers[-1] += [{"name": g} for g in SCENARIO_GENERATOR_PLUGINS if g not in named]
     doc: dict[str, Any] = {
         "actions": ", ".join(configured_actions(config)),
-        "tiers": [{"plugins": [{"name": p.name, "arguments": dict(p.arguments)} if p.arguments else {"name": p.name}
-                               for p in tier]} for tier in config.tiers],
+        "tiers": [{"plugins": plugins} for plugins in tiers],
     }
     if config.queue_depth_per_action:
         doc["queueDepthPerAction"] = dict(config.queue_depth_per_action)

@@ -37,6 +37,7 @@ PLUGIN_PRIORITIES: Final[Mapping[str, int]] = {
     "predicates": 1900, "proportion": 1800, "priority": 1700, "nodeavailability": 1600, "resourcetype": 1500,
     "podaffinity": 1400, "elastic": 1300, "kubeflow": 1200, "ray": 1100, "subgrouporder": 1000, "taskorder": 900,
     "nominatednode": 800, "dynamicresources": 700, "minruntime": 600, "topology": 500, "snapshot": 400,
+    "sg-nodelocalgreedy": 360, "sg-multinodegang": 350,  # KAI v0.16+: the eviction search's scenario generators
     "gpupack": 300, "gpuspread": 300, "nodeplacement": 200, "gpusharingorder": 100,
 }
 ACTION_PRIORITIES: Final[Mapping[str, int]] = {

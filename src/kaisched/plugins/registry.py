@@ -55,9 +55,11 @@ PLUGINS: Mapping[str, type[Plugin]] = {
     )
 }
 
-# KAI plugins for KAI's HTTP debug endpoints. They are accepted in configurations so KAI's configs load
+# KAI plugins for KAI's HTTP debug endpoints, and KAI's (v0.16+) eviction scenario generators, which kaisched's
+# victim search has built in (kaisched.actions.solver). They are accepted in configurations so KAI's configs load
 # unchanged; see docs/compatibility.md.
-ACCEPTED_WITHOUT_EFFECT = frozenset({"snapshot", "reflectjoborder"})
+SCENARIO_GENERATOR_PLUGINS = ("sg-nodelocalgreedy", "sg-multinodegang")
+ACCEPTED_WITHOUT_EFFECT = frozenset({"snapshot", "reflectjoborder", *SCENARIO_GENERATOR_PLUGINS})
 
 
 def validate_plugins(config: SchedulerConfig) -> None:
