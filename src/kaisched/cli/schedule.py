@@ -32,7 +32,8 @@ Examples:
       --config examples/config/spread.yaml < examples/workloads/job.yaml
   # one cycle of time-based fair share with the queues' usage from a file
   kaisched schedule -f examples/time-based-fairness.yaml \\
-      --config examples/config/time-based-fairness.yaml --usage examples/usage.yaml
+      --config examples/config/time-based-fairness.yaml \\
+      --usage examples/usage.yaml
   # every row, drawn 100 columns wide
   COLUMNS=100 kaisched schedule -f examples/gpu-sharing.yaml --max-rows 0
 """
