@@ -235,5 +235,16 @@ def rayjob(name: str, queue: str, groups: Mapping[str, tuple[int, int, int]], gp
             "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}}, "spec": spec}
 
 
+def rayservice(name: str, queue: str, groups: Mapping[str, tuple[int, int, int]], gpus: int = 1, *,
+               scheduler_name: str | None = None) -> JSON:
+    """KubeRay's ``ray-service.sample``: a Serve application on a RayCluster the RayService makes."""
+    serve = ("applications:\n  - name: fruit_app\n    import_path: fruit.deployment_graph\n"
+             "    route_prefix: /fruit\n")
+    return {"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+            "spec": {"serveConfigV2": serve,
+                     "rayClusterConfig": ray_cluster_spec(groups, gpus, scheduler_name=scheduler_name)}}
+
+
 __all__ = ["KUBEFLOW", "RAY", "OperatorCluster", "mpijob", "ns_path", "pod_groups_path", "pods_path", "pytorchjob",
-           "raycluster", "rayjob"]
+           "raycluster", "rayjob", "rayservice"]

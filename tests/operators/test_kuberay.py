@@ -10,11 +10,12 @@ kai-scheduler`` and that label on the pods. The pod-grouper gives the cluster on
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 
 from tests.kube.contract_helpers import JSON, QUEUE_LABEL, WAIT_S, node_of, wait_until
-from tests.operators.cluster import RAY, OperatorCluster, raycluster, rayjob
+from tests.operators.cluster import RAY, OperatorCluster, raycluster, rayjob, rayservice
 from tests.operators.expect import assert_pod_group
 from tests.operators.operators import OperatorProcess
 
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.operators
 
 RAYCLUSTERS = f"{RAY}/rayclusters"
 RAYJOBS = f"{RAY}/rayjobs"
+RAYSERVICES = f"{RAY}/rayservices"
 CLUSTER_LABEL = "ray.io/cluster"
 GROUP_LABEL = "ray.io/group"
 NODE_TYPE_LABEL = "ray.io/node-type"
@@ -131,3 +133,29 @@ def test_a_rayjob_gets_a_cluster_that_is_gang_scheduled_then_deleted_when_the_jo
     wait_until(lambda: not cluster.live_pods({CLUSTER_LABEL: name}), WAIT_S, f"the pods of {name} deleted",
                describe=cluster.describe)
     assert all(not node_of(p) for p in cluster.live_pods().values())
+
+
+def test_a_rayservice_cluster_is_gang_scheduled_under_the_rayservice_podgroup(cluster: OperatorCluster) -> None:
+    """KubeRay makes the RayService's pending RayCluster (no Ray Serve answers here, so it is never promoted);
+    the PodGroup is the RayService's, sized from that cluster (spec 10.3)."""
+    cluster.add_nodes(1, gpus=8)
+    q = cluster.queues(16, {"a": 16})
+    service = cluster.create(RAYSERVICES, rayservice("serve", q["a"], {"workers": (2, 1, 4)}))
+    cluster.kaisched()
+
+    def pending_cluster() -> str | None:
+        status = (cluster.get(RAYSERVICES, "serve") or {}).get("status") or {}
+        named = (status.get("pendingServiceStatus") or {}).get("rayClusterName") or \
+            (status.get("activeServiceStatus") or {}).get("rayClusterName")
+        return str(named) if named else None
+
+    name = wait_until(pending_cluster, WAIT_S, "RayService serve: its cluster's name", describe=cluster.describe)
+    assert re.fullmatch(r"serve-[bcdfghjklmnpqrstvwxz2456789]{5}", name), name
+    placed = cluster.wait_all_bound(3, f"RayCluster {name}", {CLUSTER_LABEL: name})
+    assert len(placed) == 3
+    group_name = f"pg-serve-{service['metadata']['uid']}"
+    # minReplicas 1 of the 2 workers: KAI's minMember is 1 + 1
+    assert_pod_group(cluster.wait_pod_group(group_name), service, min_member=2, queue=q["a"], priority="train",
+                     sub_groups={"headgroup": 1, "workers": 1})
+    pods = cluster.live_pods({CLUSTER_LABEL: name})
+    assert {p["metadata"]["annotations"].get("pod-group-name") for p in pods.values()} == {group_name}
