@@ -223,14 +223,12 @@ def raycluster(name: str, queue: str, groups: Mapping[str, tuple[int, int, int]]
 
 
 def rayjob(name: str, queue: str, groups: Mapping[str, tuple[int, int, int]], gpus: int = 1, *,
-           active_deadline_seconds: int | None = None, scheduler_name: str | None = None) -> JSON:
+           scheduler_name: str | None = None) -> JSON:
     """KubeRay's ``ray-job.sample``: a RayCluster made for the job and deleted when it ends
     (``shutdownAfterJobFinishes``, ``ttlSecondsAfterFinished: 0``)."""
     spec: JSON = {"entrypoint": "python /home/ray/samples/sample_code.py", "shutdownAfterJobFinishes": True,
                   "ttlSecondsAfterFinished": 0,
                   "rayClusterSpec": ray_cluster_spec(groups, gpus, scheduler_name=scheduler_name)}
-    if active_deadline_seconds is not None:
-        spec["activeDeadlineSeconds"] = active_deadline_seconds
     return {"apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}}, "spec": spec}
 

@@ -4,7 +4,8 @@
 
 - ``operator_stack`` (session): one API server (the contract tier's, ``scripts/kube-apiserver.sh``) with KAI's
   CRDs and the operators' CRDs (from their cached module versions) installed, both operators running
-  (:mod:`tests.operators.operators`), a fake kubelet for every namespace and a stand-in garbage collector.
+  (:mod:`tests.operators.operators`), a fake kubelet for every namespace, a stand-in garbage collector and a
+  fake Ray dashboard that KubeRay reaches through ``HTTP_PROXY`` (:mod:`tests.operators.fake_ray`).
   Skips, saying how to build them, only when the API server or an operator is not built; any other start
   failure is an error.
 - ``cluster`` (function): a fresh namespace, nodes and queues labelled for this test, and ``kaisched run``
@@ -26,6 +27,7 @@ from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, 
 from tests.kube.contract_helpers import Kube, install_crds
 from tests.kube.fake_kubelet import FakeKubelet
 from tests.operators.cluster import OperatorCluster
+from tests.operators.fake_ray import FakeRayDashboard
 from tests.operators.operators import (
     KAI_BATCH_SCHEDULER,
     KUBERAY_OPERATOR,
@@ -56,15 +58,20 @@ class OperatorStack:
     operators: dict[str, OperatorProcess]
     kubelet: FakeKubelet
     gc: GarbageCollector
+    ray_dashboard: FakeRayDashboard
     logs: Path
     crds: list[str] = field(default_factory=list)
+
+    def kuberay_env(self) -> dict[str, str]:
+        """KubeRay reaches the (fake) Ray dashboards through ``HTTP_PROXY``; the API server directly."""
+        return kuberay_env(self.ray_dashboard)
 
     def restart_kuberay(self, batch_scheduler: str | None) -> OperatorProcess:
         """Stop the running KubeRay operator and start it again with this ``--batch-scheduler`` (None: none)."""
         old = self.operators[KUBERAY_OPERATOR]
         old.stop()
         log = self.logs / f"{KUBERAY_OPERATOR}-{len(list(self.logs.glob(KUBERAY_OPERATOR + '*.log')))}.log"
-        new = OperatorProcess(old.build, self.server, log, batch_scheduler=batch_scheduler)
+        new = OperatorProcess(old.build, self.server, log, env=self.kuberay_env(), batch_scheduler=batch_scheduler)
         with self.server.http_client(timeout=30.0) as client:
             self.operators[KUBERAY_OPERATOR] = new.start(Kube(client))
         return new
@@ -73,6 +80,11 @@ class OperatorStack:
         gc = f"garbage collector: deleted {self.gc.deleted[-10:]}, errors {self.gc.errors[-5:]}"
         kubelet = f"kubelet: errors {self.kubelet.errors[-5:]}"
         return "\n".join([gc, kubelet, *(op.describe() for op in self.operators.values())])
+
+
+def kuberay_env(dashboard: FakeRayDashboard) -> dict[str, str]:
+    return {"HTTP_PROXY": dashboard.proxy_url, "http_proxy": dashboard.proxy_url,
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +104,7 @@ def operator_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operato
     operators: dict[str, OperatorProcess] = {}
     kubelet: FakeKubelet | None = None
     gc: GarbageCollector | None = None
+    dashboard = FakeRayDashboard().start()
     try:
         with server.http_client(timeout=30.0) as client:
             kube = Kube(client)
@@ -99,11 +112,12 @@ def operator_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operato
             for build in builds.values():
                 crds += install_crds(kube, build.crd_dir, timeout=60.0)
             for name, build in builds.items():
-                operators[name] = OperatorProcess(build, server, logs / f"{name}.log").start(kube)
+                env = kuberay_env(dashboard) if name == KUBERAY_OPERATOR else None
+                operators[name] = OperatorProcess(build, server, logs / f"{name}.log", env=env).start(kube)
         kubelet = FakeKubelet.for_server(server).start()
         kubelet.wait_synced()
         gc = GarbageCollector(server).start()
-        yield OperatorStack(server, builds, operators, kubelet, gc, logs, crds)
+        yield OperatorStack(server, builds, operators, kubelet, gc, dashboard, logs, crds)
     finally:
         for operator in operators.values():
             print(f"---- {operator.describe()}")
@@ -112,6 +126,7 @@ def operator_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operato
             gc.stop()
         if kubelet is not None:
             kubelet.stop()
+        dashboard.stop()
         server.stop()
 
 

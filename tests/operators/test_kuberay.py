@@ -93,11 +93,12 @@ def test_a_rayjob_gets_a_cluster_that_is_gang_scheduled_then_deleted_when_the_jo
     cluster: OperatorCluster, kuberay_without_batch_scheduler: OperatorProcess,
 ) -> None:
     """KubeRay's KAI plugin refuses RayJobs, so this KubeRay runs without it and the job's pod templates name
-    the scheduler (the queue comes from the RayJob's label: the pod-grouper reads it on the top owner)."""
+    the scheduler (the queue comes from the RayJob's label: the pod-grouper reads it on the top owner). The job
+    is submitted over HTTP (``submissionMode: HTTPMode``) to the fake Ray dashboard, which ends it when told."""
     cluster.add_nodes(1, gpus=8)
     q = cluster.queues(16, {"a": 16})
-    manifest = rayjob("sample", q["a"], {"workers": (2, 2, 2)}, active_deadline_seconds=12,
-                      scheduler_name="kai-scheduler")
+    manifest = rayjob("sample", q["a"], {"workers": (2, 2, 2)}, scheduler_name="kai-scheduler")
+    manifest["spec"]["submissionMode"] = "HTTPMode"
     job = cluster.create(RAYJOBS, manifest)
     cluster.kaisched()
 
@@ -120,14 +121,26 @@ def test_a_rayjob_gets_a_cluster_that_is_gang_scheduled_then_deleted_when_the_jo
     pods = cluster.live_pods({CLUSTER_LABEL: name})
     assert {p["metadata"]["annotations"].get("pod-group-name") for p in pods.values()} == {group_name}
 
-    # the job ends (its activeDeadlineSeconds: no Ray runs here to finish it), KubeRay deletes the cluster
-    # (shutdownAfterJobFinishes, ttlSecondsAfterFinished 0) and its pods go with it
+    # once its cluster is ready KubeRay submits the job to the cluster's dashboard; Ray runs it, then it ends
+    def submitted() -> str | None:
+        job_id = ((cluster.get(RAYJOBS, "sample") or {}).get("status") or {}).get("jobId")
+        return str(job_id) if job_id and dashboard.status(str(job_id)) == "RUNNING" else None
+
+    dashboard = cluster.stack.ray_dashboard
+    job_id = wait_until(submitted, WAIT_S, "RayJob sample submitted to its Ray cluster", describe=cluster.describe)
+    assert any(r.startswith(f"POST {name}-head-svc.{cluster.ns}.svc.cluster.local:8265/api/jobs")
+               for r in dashboard.requests), dashboard.requests[-5:]
+    assert cluster.get(RAYCLUSTERS, name) is not None, "the cluster runs while the job does"
+    dashboard.finish(job_id)
+
+    # KubeRay sees it SUCCEEDED, marks the RayJob Complete and deletes the cluster (shutdownAfterJobFinishes,
+    # ttlSecondsAfterFinished 0); its pods go with it
     def ended() -> JSON | None:
         status = (cluster.get(RAYJOBS, "sample") or {}).get("status") or {}
         return status if status.get("jobDeploymentStatus") in ("Complete", "Failed") else None
 
-    status = wait_until(ended, 60.0, "RayJob sample ended", describe=cluster.describe)
-    assert status.get("reason") == "DeadlineExceeded", status
+    status = wait_until(ended, WAIT_S, "RayJob sample ended", describe=cluster.describe)
+    assert (status["jobDeploymentStatus"], status.get("jobStatus")) == ("Complete", "SUCCEEDED"), status
     wait_until(lambda: cluster.get(RAYCLUSTERS, name) is None, WAIT_S, f"RayCluster {name} deleted",
                describe=cluster.describe)
     wait_until(lambda: not cluster.live_pods({CLUSTER_LABEL: name}), WAIT_S, f"the pods of {name} deleted",
