@@ -182,6 +182,9 @@ def test_summary_json_and_the_report_say_where_the_waiting_went(tmp_path: Path) 
     assert re.sub(r"<[^>]+>", "|", evicted).count("|fair-share (83 %)|") == 2  # a's evicted jobs: 50 s of 60
     line = next(x for x in summary_text(result, width=200).splitlines() if x.startswith("waiting: "))
     assert line == "waiting: 0.0 job-hours pending · fair-share 77 % · awaiting-cycle 15 % · waiting-for-victims 8 %"
+    text = summary_text(result, width=200)
+    assert "· waited mostly for fair-share (83 %)" in text.split("\n  a ")[1].split("\n  b ")[0]
+    assert text.split("\n  b ")[1].rstrip().endswith("· waited mostly for waiting-for-victims (100 %)")
     assert waiting_phrases(result, limit=2)[-1] == "1 more reason 8 %"
     assert waiting_phrases(result, limit=1)[-2:] == ["fair-share 77 %", "2 more reasons 23 %"]
 

@@ -720,6 +720,7 @@ def summary_text(result: SimResult, max_queues: int = 12, width: int | None = No
     if queues:
         lines.append("per queue:")
         name_width = max(len(q.queue) for q in queues[:max_queues])
+        waits = _by_queue(result)
         for q in queues[:max_queues]:
             des = "∞" if q.deserved_unlimited else _fixed(q.deserved, 1)
             b = "≥ " if q.wait_censored else ""
@@ -729,7 +730,8 @@ def summary_text(result: SimResult, max_queues: int = 12, width: int | None = No
             lines += wrap_phrases(
                 [f"allocated {_fixed(q.allocated, 1)} GPUs (fair share {_fixed(q.fair_share, 1)}, deserved {des})",
                  f"{_plural(q.jobs, 'job')}, {q.completed:,} completed{waiting}",
-                 f"wait mean {b}{format_duration(q.wait_mean)} p95 {b}{format_duration(q.wait_p95)}"],
+                 f"wait mean {b}{format_duration(q.wait_mean)} p95 {b}{format_duration(q.wait_p95)}",
+                 *_mostly_phrase(waits.get(q.queue, []))],
                 width, prefix=f"  {q.queue:<{name_width}}  ", indent="      ")
         if len(queues) > max_queues:
             lines.append(f"  … and {len(queues) - max_queues} more queues (all of them in the report)")
@@ -1721,6 +1723,16 @@ def _compare_waiting_section(results: Sequence[SimResult], labels: Sequence[str]
             "time (the runs' own reports have it per queue).")
     return (f'<section><h2>Where did the waiting go</h2><p class="note">{_e(note)}</p>'
             + _table(["reason", *labels], rows) + "</section>")
+
+
+def _mostly_phrase(jobs: Sequence[JobRecord]) -> list[str]:
+    """A queue's line on the terminal: the reason its jobs spent most of their pending time on ([] if none waited)."""
+    by = pending_by_reason(jobs)
+    total = sum(r.seconds for r in by.values())
+    if total <= 0:
+        return []
+    reason, top = max(by.items(), key=lambda kv: kv[1].seconds)  # (the first in the tiers on a tie)
+    return [f"waited mostly for {reason} ({_pct(top.seconds / total, 0)})"]
 
 
 def waiting_phrases(result: SimResult, limit: int = 4) -> list[str]:
