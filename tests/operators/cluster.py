@@ -23,6 +23,7 @@ from tests.kube.contract_helpers import (
     SCHEDULER_NAME,
     WAIT_S,
     ContractCluster,
+    KaischedProcess,
     Kube,
     create_node,
     node,
@@ -123,6 +124,12 @@ class OperatorCluster(ContractCluster):
     def wait_pod_group(self, name: str, timeout: float = WAIT_S) -> JSON:
         return wait_until(lambda: self.kube.pod_group(self.ns, name), timeout, f"PodGroup {name}",
                           describe=lambda: f"PodGroups: {sorted(self.pod_groups())}\n{self.describe()}")
+
+    def wait_more_cycles(self, sched: KaischedProcess, count: int) -> None:
+        """Wait until ``sched`` has run ``count`` cycles more than it has now (a pending gang has had that many
+        chances to be bound)."""
+        now = max((int(r.get("cycle", 0)) for r in sched.cycles()), default=0)
+        sched.wait_cycle(now + count, timeout=WAIT_S)
 
     def describe(self) -> str:
         return "\n".join([super().describe(), self.stack.describe()])

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx2
 import pytest
 
 from tests.kube.apiserver import KUBE_VERSION, KubeApiServer, apiserver_binary, cache_dir
@@ -51,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @dataclass
 class OperatorStack:
-    """The session's API server, operators, kubelet and garbage collector."""
+    """The session's API server, operators, kubelet, garbage collector and Ray dashboard."""
 
     server: KubeApiServer
     builds: dict[str, OperatorBuild]
@@ -150,9 +149,3 @@ def kuberay_without_batch_scheduler(operator_stack: OperatorStack) -> Iterator[O
     session's KubeRay, with the plugin, is back afterwards."""
     yield operator_stack.restart_kuberay(None)
     operator_stack.restart_kuberay(KAI_BATCH_SCHEDULER)
-
-
-@pytest.fixture
-def kube_http(operator_stack: OperatorStack) -> Iterator[httpx2.Client]:
-    with operator_stack.server.http_client() as client:
-        yield client

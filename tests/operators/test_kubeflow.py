@@ -61,8 +61,7 @@ def test_a_pytorchjob_of_one_master_and_three_workers_is_one_gang_of_four(cluste
     assert annotated
 
     # only 3 of the 4 fit: the scheduler keeps cycling and binds none of them
-    first = int(sched.wait_cycle(1)["cycle"])
-    sched.wait_cycle(first + CYCLES_UNBOUND)
+    cluster.wait_more_cycles(sched, CYCLES_UNBOUND)
     assert not any(node_of(p) for p in cluster.live_pods({JOB_NAME: "mnist"}).values()), cluster.describe()
 
     cluster.add_nodes(1, gpus=1)  # now 4 GPUs: the gang fits whole
@@ -99,8 +98,7 @@ def test_an_mpijob_launcher_and_workers_are_one_gang(cluster: OperatorCluster) -
     group = cluster.wait_pod_group(group_name)
     assert_pod_group(group, job, min_member=3, queue=q["a"], priority="train")
 
-    first = int(sched.wait_cycle(1)["cycle"])
-    sched.wait_cycle(first + CYCLES_UNBOUND)
+    cluster.wait_more_cycles(sched, CYCLES_UNBOUND)
     assert not any(node_of(p) for p in cluster.live_pods({JOB_NAME: "horovod"}).values()), cluster.describe()
 
     cluster.add_nodes(1, gpus=1)
@@ -135,8 +133,7 @@ def test_reclaim_evicts_a_whole_gang_which_the_operator_recreates_and_is_schedul
 
     fresh = wait_until(recreated, WAIT_S, "the operator recreates big's 8 pods", describe=cluster.describe)
     assert sorted(fresh) == sorted(uids_before)
-    cycle = int(sched.wait_cycle(1)["cycle"])
-    sched.wait_cycle(cycle + CYCLES_UNBOUND)
+    cluster.wait_more_cycles(sched, CYCLES_UNBOUND)
     big_pods = cluster.live_pods({JOB_NAME: "big"})
     assert not any(node_of(p) for p in big_pods.values()), "a gang of 8 does not fit in 4 free GPUs"
     used = sum(gpus_of(p) for p in cluster.live_pods().values() if node_of(p))
@@ -228,8 +225,7 @@ def test_a_waiting_gang_runs_once_the_job_before_it_completes(cluster: OperatorC
     cluster.wait_all_bound(4, "PyTorchJob first", {JOB_NAME: "first"})
     cluster.create(PYTORCHJOBS, pytorchjob("second", q["a"], workers=3))
     cluster.wait_pods(4, "PyTorchJob second", {JOB_NAME: "second"})
-    cycle = int(sched.wait_cycle(1)["cycle"])
-    sched.wait_cycle(cycle + CYCLES_UNBOUND)
+    cluster.wait_more_cycles(sched, CYCLES_UNBOUND)
     assert not any(node_of(p) for p in cluster.live_pods({JOB_NAME: "second"}).values()), "4 GPUs are in use"
 
     for name in sorted(cluster.live_pods({JOB_NAME: "first"})):

@@ -55,8 +55,7 @@ def test_a_raycluster_with_two_worker_groups_is_one_gang_and_grows_when_scaled_u
     assert_pod_group(group, made, min_member=4, queue=q["a"], priority="train",
                      sub_groups={"headgroup": 1, "small": 1, "large": 2})
 
-    first = int(sched.wait_cycle(1)["cycle"])
-    sched.wait_cycle(first + CYCLES_UNBOUND)
+    cluster.wait_more_cycles(sched, CYCLES_UNBOUND)
     assert not any(node_of(p) for p in cluster.live_pods({CLUSTER_LABEL: "ray"}).values()), cluster.describe()
 
     cluster.add_nodes(1, gpus=8)
