@@ -24,7 +24,7 @@ from kaisched.framework.session import Session
 from kaisched.framework.statement import Statement
 from kaisched.model.job import FitDetail, FitError, PodGroupInfo
 from kaisched.model.resources import GPU
-from kaisched.model.status import TaskStatus
+from kaisched.model.status import ACTIVE_ALLOCATED, TaskStatus
 from kaisched.model.task import TaskInfo
 
 Difficulty = tuple[int, tuple[tuple[float, ...], ...]]
@@ -225,7 +225,7 @@ class EvictingAction(Action):
                     continue  # a job with the same constraints that was no harder already failed
             if self.fits_without_victims(ssn, job):
                 continue  # nothing needs evicting: allocate places it (now, or next cycle)
-            victims = self.victims(ssn, job)
+            victims = unremembered(ssn, job, self.victims(ssn, job))
             if not victims:
                 continue
             job_budget = budget.begin_job()
@@ -255,7 +255,7 @@ class EvictingAction(Action):
                     self.unresolved(ssn, job, job_budget, SEARCH_DEADLINE_EXHAUSTED)
                     continue
                 ssn.search_outcomes.append(job_budget.outcome(self.name, job.key, SEARCH_GENERATORS_EXHAUSTED))
-                if use_signatures:
+                if use_signatures and not ssn.remembered_victims(job):  # (fewer victims than a job alike may have)
                     known = failed.get(key)
                     if known is None or difficulty < known:
                         failed[key] = difficulty
@@ -286,7 +286,7 @@ class EvictingAction(Action):
         try:
             if not self.eligible(ssn, job):
                 return None
-            victims = self.victims(ssn, job)
+            victims = unremembered(ssn, job, self.victims(ssn, job))
             if not victims:
                 return None
             stmt, solver, scenario = self.search(ssn, job, victims, job_budget)
@@ -535,6 +535,17 @@ class ConsolidationAction(EvictingAction):
 
     def churns(self, ssn: Session, job: PodGroupInfo, scenario: Scenario) -> bool:
         return any(t.status is TaskStatus.PIPELINED for t in scenario.victim_tasks)
+
+
+def unremembered(ssn: Session, job: PodGroupInfo, victims: list[PodGroupInfo]) -> list[PodGroupInfo]:
+    """The victims without a running pod that was evicted for the job in an earlier cycle and is back
+    (``Session.remembered_victims``): evicting such a job for the same preemptor again would kill that pod's work
+    twice for one job (docs/evictions.md, "A pod is evicted once for a preemptor")."""
+    remembered = ssn.remembered_victims(job)
+    if not remembered:
+        return victims
+    return [v for v in victims
+            if not any(t.key in remembered and t.status in ACTIVE_ALLOCATED for t in v.tasks)]
 
 
 def grows(ssn: Session, job: PodGroupInfo) -> bool:

@@ -69,6 +69,13 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = (
 
 
 def _parse_duration(value: object, name: str) -> timedelta:
+    duration = _parse_any_duration(value, name)
+    if duration < timedelta(0):
+        raise ConfigError(f"params.{name}: expected a duration of 0 or more, got {value!r}")
+    return duration
+
+
+def _parse_any_duration(value: object, name: str) -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
@@ -134,6 +141,9 @@ class SchedulerParams:
     # kaisched's eviction storm guard (docs/evictions.md): a reclaim or preempt scenario may evict at most this
     # many GPUs per GPU its preemptor gains; 0 turns it off
     max_evicted_gpus_ratio: float = 0.0
+    # kaisched's memory of the pods evicted for a job (model/victim_memory.py, docs/evictions.md): a pod evicted for a
+    # job is not evicted again for it for this long while the job waits; 0 turns it off (KAI's behaviour)
+    victim_memory: timedelta = timedelta(minutes=10)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> SchedulerParams:
@@ -148,6 +158,7 @@ class SchedulerParams:
             "update-pod-eviction-condition": ("update_pod_eviction_condition", _parse_bool),
             "restrict-node-scheduling": ("restrict_node_scheduling", _parse_bool),
             "max-evicted-gpus-ratio": ("max_evicted_gpus_ratio", _parse_ratio),
+            "victim-memory": ("victim_memory", _parse_duration),
         }
         updates: dict[str, Any] = {}
         strings = {"scheduler-name": "scheduler_name",

@@ -10,6 +10,7 @@ from kaisched.framework.search_stats import ActionSearchStats
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ObjectError
 from kaisched.model.job import FitDetail
+from kaisched.model.victim_memory import VICTIMS_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -111,10 +112,11 @@ class PodGroupStatus:
     stale_since: str | None
     code: str | None  # kaisched's reason code (REASON_CODES) when reason is set
     detail: FitDetail | None  # the structure behind the message (histogram, gang, victims), for explanations
+    victims: str | None  # the remembered victims' annotation value (model/victim_memory.py); None: none
 
     def __init__(self, name: str, queue: str, status: str, reason: str | None, message: str | None,
                  last_start: str | None = None, stale_since: str | None = None, code: str | None = None,
-                 detail: FitDetail | None = None) -> None:
+                 detail: FitDetail | None = None, victims: str | None = None) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "queue", queue)
         object.__setattr__(self, "status", status)
@@ -124,6 +126,7 @@ class PodGroupStatus:
         object.__setattr__(self, "stale_since", stale_since)
         object.__setattr__(self, "code", code)
         object.__setattr__(self, "detail", detail)
+        object.__setattr__(self, "victims", victims)
 
     @property
     def tier(self) -> str | None:
@@ -141,7 +144,8 @@ class PodGroupStatus:
     def annotations(self) -> dict[str, str | None]:
         """The PodGroup annotations this status sets (None: the annotation is removed)."""
         return {C.LAST_START_TIMESTAMP_ANNOTATION: self.last_start or None,
-                C.STALE_PODGROUP_TIMESTAMP_ANNOTATION: self.stale_since or None}
+                C.STALE_PODGROUP_TIMESTAMP_ANNOTATION: self.stale_since or None,
+                VICTIMS_ANNOTATION: self.victims}
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "queue": self.queue, "status": self.status, "reason": self.reason,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,7 @@ from kaisched.model.resources import GPU, QUEUE_RESOURCE_NAMES
 from kaisched.model.snapshot import Snapshot
 from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
 from kaisched.model.task import TaskInfo
+from kaisched.model.victim_memory import format_victims
 
 PodSetKey = Callable[[PodSetInfo], object]
 BoolArray = npt.NDArray[np.bool_]
@@ -135,6 +136,8 @@ class Session:
         self.binds: list[TaskInfo] = []
         self.pipelined: list[TaskInfo] = []
         self.evictions: list[Eviction] = []
+        # job uid -> the keys of the pods evicted for it in earlier cycles that it may not evict again yet
+        self._remembered: dict[str, frozenset[str]] = {}
         #: the pods' nominated nodes the cycle sets or clears (set by the nominatednode plugin at session close)
         self.nominations: list[Nomination] = []
         # uids of the pods evicted / placed (bound, pipelined) by committed decisions: the cycle checks that a
@@ -380,6 +383,36 @@ class Session:
         setattr(job, field, self.now)
         self.stamped.setdefault(job.key, set()).add(field)
 
+    def remembered_victims(self, job: PodGroupInfo) -> frozenset[str]:
+        """The pods evicted for the job in earlier cycles within ``params.victim-memory``: a search for the job
+        leaves their jobs alone (model/victim_memory.py). Each entry read holds until it expires (``expires_at``)."""
+        remembered = self._remembered.get(job.uid)
+        if remembered is None:
+            remembered = frozenset()
+            period = self.params.victim_memory
+            if job.victims and period > timedelta(0):
+                kept = []
+                for key, when in job.victims.items():
+                    until = when + period
+                    if until > self.now:
+                        kept.append(key)
+                        self.expires_at(until)
+                remembered = frozenset(kept)
+            self._remembered[job.uid] = remembered
+        return remembered
+
+    def _victims_annotation(self, job: PodGroupInfo, waits: bool, evicted_for: dict[str, list[str]]) -> str | None:
+        """The job's remembered victims after the cycle, as the annotation's value: the entries still within the
+        memory and the pods this cycle evicted for it, while it still waits (a pending or pipelined pod)."""
+        period = self.params.victim_memory
+        if not waits or period <= timedelta(0):
+            return None
+        now = self.now
+        victims = {key: when for key, when in job.victims.items() if when + period > now}
+        for key in evicted_for.get(job.key, ()):
+            victims[key] = now
+        return format_victims(victims)
+
     def expires_at(self, when: datetime) -> None:
         """A time rule answered as it did because ``now`` is before ``when``: the session's decisions hold
         until then at most (``valid_until``)."""
@@ -407,8 +440,12 @@ class Session:
                 if t.job is not None:
                     pipelined_jobs.add(t.job.key)
         result.evictions = list(self.evictions)
+        evicted_for: dict[str, list[str]] = {}
+        for e in self.evictions:
+            if e.preemptor:
+                evicted_for.setdefault(e.preemptor, []).append(e.pod)
         for job in self.jobs.values():
-            status = self._pod_group_status(job, bound_jobs, pipelined_jobs)
+            status = self._pod_group_status(job, bound_jobs, pipelined_jobs, evicted_for)
             if status is not None:
                 result.pod_groups.append(status)
         if self.queue_reporter is not None:
@@ -472,7 +509,8 @@ class Session:
             out.append(NodeGpuStatus(name, total, idle[j], releasing[j], whole, tuple(shared)))
         return out
 
-    def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str]) -> PodGroupStatus | None:
+    def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str],
+                          evicted_for: dict[str, list[str]]) -> PodGroupStatus | None:
         pod_sets = job.pod_sets
         tasks = next(iter(pod_sets.values())).tasks if len(pod_sets) == 1 else job.tasks  # (most jobs: one set)
         statuses = {tasks[0].status} if len(tasks) == 1 else {t.status for t in tasks}
@@ -492,11 +530,13 @@ class Session:
             error = job.pipelined_reason
         elif has_pending or not tasks:  # like KAI, only jobs with Pending/Gated pods (or none yet) are explained
             error = self.pending_reason(job, tasks)
+        victims = (self._victims_annotation(job, has_pending or status == "Pipelined", evicted_for)
+                   if job.victims or job.key in evicted_for else None)
         if error is None:
             return PodGroupStatus(job.key, job.queue, status, None, None, rfc3339(job.last_start),
-                                  rfc3339(job.stale_since))
+                                  rfc3339(job.stale_since), victims=victims)
         return PodGroupStatus(job.key, job.queue, status, error.reason, error.message, rfc3339(job.last_start),
-                              rfc3339(job.stale_since), self.pending_code(job, error), error.detail)
+                              rfc3339(job.stale_since), self.pending_code(job, error), error.detail, victims)
 
     def pending_code(self, job: PodGroupInfo, error: FitError) -> str:
         """The reason code of the job's pending reason ``error`` (framework.result.REASON_CODES): the one it was made

@@ -80,6 +80,7 @@ from kaisched.k8s.objects import ParsedObjects
 from kaisched.k8s.quantity import QuantityError, parse_quantity
 from kaisched.kube.api import JSON, ApiError
 from kaisched.model.gpu import gpu_group_labels, is_gpu_group_label
+from kaisched.model.victim_memory import VICTIMS_ANNOTATION
 
 JSON_CONTENT = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -1409,8 +1410,12 @@ class _Cycle:
         have = _annotations(group)
         out: dict[str, str | None] = {}
         for key, value in status.annotations().items():
-            wanted = _seconds(value)
             current = have.get(key)
+            if key == VICTIMS_ANNOTATION:  # (a JSON value the session formats deterministically)
+                if value != current:
+                    out[key] = value
+                continue
+            wanted = _seconds(value)
             if wanted is None:
                 if current is not None:
                     out[key] = None

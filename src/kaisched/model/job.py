@@ -146,6 +146,7 @@ class PodGroupInfo:
     pod_sets: dict[str, PodSetInfo]
     last_start: datetime | None
     stale_since: datetime | None
+    victims: dict[str, datetime]  # pods evicted for this job in earlier cycles, when (model/victim_memory.py)
     # set by the snapshot builder when the job cannot be scheduled at all (unknown queue, ...)
     blocked: FitError | None
     fit_errors: list[FitError]
@@ -162,7 +163,8 @@ class PodGroupInfo:
     def __init__(self, name: str, namespace: str, uid: str, queue: str, priority: int, preemptible: bool,
                  creation: datetime, pod_group: PodGroup | None, pod_sets: dict[str, PodSetInfo] | None = None,
                  last_start: datetime | None = None, stale_since: datetime | None = None,
-                 blocked: FitError | None = None, fit_errors: list[FitError] | None = None,
+                 victims: dict[str, datetime] | None = None, blocked: FitError | None = None,
+                 fit_errors: list[FitError] | None = None,
                  pipelined_reason: FitError | None = None, version: int = 0, root: SubGroupSet | None = None,
                  has_topology: bool = False) -> None:
         self.name = name
@@ -176,6 +178,7 @@ class PodGroupInfo:
         self.pod_sets = {} if pod_sets is None else pod_sets
         self.last_start = last_start
         self.stale_since = stale_since
+        self.victims = {} if victims is None else victims
         self.blocked = blocked
         self.fit_errors = [] if fit_errors is None else fit_errors
         self.pipelined_reason = pipelined_reason

@@ -48,6 +48,7 @@ from kaisched.model.segments import apply_segments
 from kaisched.model.status import ACTIVE_USED, TaskStatus
 from kaisched.model.task import TaskInfo
 from kaisched.model.usage import UsageTable
+from kaisched.model.victim_memory import VICTIMS_ANNOTATION, VictimMemoryError, parse_victims
 
 INVALID_GPU_REQUEST = "InvalidGPURequest"
 LEGACY_MIG = "LegacyMIGRequest"
@@ -97,6 +98,18 @@ def _parse_annotation_time(meta: ObjectMeta, key: str, kind: str, errors: list[O
         )
         return None
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def _parse_victims(meta: ObjectMeta, errors: list[ObjectError]) -> dict[str, datetime]:
+    """The PodGroup's remembered victims (none when the annotation is missing or malformed: an input error)."""
+    raw = meta.annotations.get(VICTIMS_ANNOTATION)
+    if not raw:
+        return {}
+    try:
+        return parse_victims(raw)
+    except VictimMemoryError as e:
+        errors.append(ObjectError(_ref("PodGroup", meta), f"metadata.annotations.{VICTIMS_ANNOTATION}", str(e)))
+        return {}
 
 
 def _ref(kind: str, meta: ObjectMeta) -> str:
@@ -261,15 +274,17 @@ class _PodGroupFacts:
     root_constraint: TopologyConstraint | None
     last_start: datetime | None
     stale_since: datetime | None
+    victims: dict[str, datetime]  # the pods evicted for the job, when (model/victim_memory.py)
     errors: list[ObjectError]
 
     # (written out: a compiled core keeps a generated __init__ interpreted, see docs/performance.md)
     def __init__(self, pod_group: PodGroup, root_constraint: TopologyConstraint | None, last_start: datetime | None,
-                 stale_since: datetime | None, errors: list[ObjectError]) -> None:
+                 stale_since: datetime | None, victims: dict[str, datetime], errors: list[ObjectError]) -> None:
         self.pod_group = pod_group
         self.root_constraint = root_constraint
         self.last_start = last_start
         self.stale_since = stale_since
+        self.victims = victims
         self.errors = errors
 
 
@@ -285,7 +300,8 @@ def _pod_group_facts(pg: PodGroup) -> _PodGroupFacts:
     meta = pg.meta
     f = _PodGroupFacts(pg, _root_constraint(pg),
                        _parse_annotation_time(meta, C.LAST_START_TIMESTAMP_ANNOTATION, "PodGroup", errors),
-                       _parse_annotation_time(meta, C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, "PodGroup", errors), errors)
+                       _parse_annotation_time(meta, C.STALE_PODGROUP_TIMESTAMP_ANNOTATION, "PodGroup", errors),
+                       _parse_victims(meta, errors), errors)
     _PG_FACTS[id(pg)] = f
     return f
 
@@ -544,7 +560,7 @@ class SnapshotBuilder:
             name=meta.name, namespace=meta.namespace, uid=meta.uid or f"{meta.namespace}/{meta.name}",
             queue=pg.queue, priority=priority, preemptible=preemptible,
             creation=_ts(meta.creation_timestamp, self.now), pod_group=pg, pod_sets=pod_sets,
-            last_start=facts.last_start, stale_since=facts.stale_since, root=root,
+            last_start=facts.last_start, stale_since=facts.stale_since, victims=facts.victims, root=root,
             has_topology=root.has_constraint(pod_sets) if pg.sub_groups else root.constraint is not None,
         )
         queue = tree.queues.get(pg.queue)
