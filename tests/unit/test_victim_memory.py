@@ -162,3 +162,13 @@ def test_kubernetes_mode_patches_the_annotation_only_when_it_changes() -> None:
     assert _Cycle.annotations_patch(status, group) == {}
     cleared = PodGroupStatus("ns1/g3", "q1", "Running", None, None)
     assert _Cycle.annotations_patch(cleared, group) == {VICTIMS_ANNOTATION: None}
+
+
+def test_a_snapshot_keeps_a_memory_other_than_the_default_in_kaischeds_own_params() -> None:
+    from kaisched.cluster.replay import kaisched_only_params
+    from kaisched.framework.config import SchedulerParams
+
+    assert "victim-memory" not in kaisched_only_params(SchedulerParams())
+    off = SchedulerParams.from_mapping({"victim-memory": "0s"})
+    assert kaisched_only_params(off)["victim-memory"] == "0s"
+    assert SchedulerParams.from_mapping(kaisched_only_params(off)).victim_memory == timedelta(0)

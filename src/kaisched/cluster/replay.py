@@ -186,6 +186,8 @@ def kaisched_only_params(params: SchedulerParams) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if params.max_evicted_gpus_ratio:
         out["max-evicted-gpus-ratio"] = params.max_evicted_gpus_ratio
+    if params.victim_memory != SchedulerParams().victim_memory:
+        out["victim-memory"] = f"{params.victim_memory.total_seconds():g}s"
     if params.default_priorities_configmap_name:
         out["default-priorities-configmap-name"] = params.default_priorities_configmap_name
     if params.default_priorities_configmap_namespace:
