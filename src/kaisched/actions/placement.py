@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from kaisched.actions.batched import batched_node
 from kaisched.framework.plugin import NodeCandidates
 from kaisched.framework.result import BELOW_MIN_MEMBER, FITS_NOWHERE, TOPOLOGY
 from kaisched.framework.session import Session, TopologySubsets
@@ -341,8 +342,15 @@ def _place(
     ssn: Session, task: TaskInfo, stmt: Statement, *, pipeline_only: bool, explain: bool,
     node_mask: npt.NDArray[np.bool_] | None,
 ) -> FitFailure | None:
-    codes = predicate_codes(ssn, task)
     nodes = ssn.nodes
+    if node_mask is None:  # tasks alike: the node from the shape's kept ranking (actions.batched), when it decides
+        batched = batched_node(ssn, task, failure_key(ssn, task, pipeline_only, explain)[0])
+        if batched is not None and batched >= 0:
+            idle_fit = not nodes.any_releasing or bool(
+                nodes.fits_task_at(task, np.array([batched]), with_releasing=False)[0])
+            _take(ssn, task, stmt, batched, idle_fit, pipeline_only)
+            return None
+    codes = predicate_codes(ssn, task)
     if node_mask is not None and np.count_nonzero(node_mask) * 4 < len(nodes):  # a few nodes (a simulation's)
         allowed = np.flatnonzero(node_mask)
         if codes is not None:

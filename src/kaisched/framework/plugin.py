@@ -53,6 +53,9 @@ NeutralScorer = Callable[[TaskInfo], bool]
 # the node a scorer ranks first among the nodes ``fit`` (the first of equals), when the other scorers are neutral
 # for the task: the node's index, -1 when no node fits, None when it cannot tell for this task (scores are summed)
 NodeRanker = Callable[[TaskInfo, BoolArray], "int | None"]
+# the resource row whose available amount (idle + releasing) a ranker orders a task's nodes by, smallest first and
+# then the smaller index, when its ranking is exactly that order (None: it is not, for this task)
+NodeRankRow = Callable[[TaskInfo], "int | None"]
 JobCapacityCheck = Callable[[PodGroupInfo, list[TaskInfo]], "FitError | None"]
 TaskHandler = Callable[[TaskInfo], None]
 

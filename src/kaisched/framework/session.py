@@ -16,6 +16,7 @@ from kaisched.framework.plugin import (
     JobKey,
     NeutralScorer,
     NodeRanker,
+    NodeRankRow,
     NodeScorer,
     Plugin,
     Predicate,
@@ -105,6 +106,8 @@ class Session:
         # aligned with node_scorers (add_node_scorer): when each is neutral for a task, and the one that can rank
         self.node_scorers_neutral: list[NeutralScorer | None] = []
         self.node_ranker: tuple[int, NodeRanker] | None = None
+        # the resource row the ranker orders a task's nodes by (fewest available first), when it does (add_node_scorer)
+        self.node_rank_row: NodeRankRow | None = None
         # shared-GPU device order within a node (gpupack / gpuspread), summed
         self.gpu_order_fns: list[GpuOrderFn] = []
         # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
@@ -165,6 +168,8 @@ class Session:
         #: what the eviction actions keep for the session and share until the next commit (its type is
         #: actions.evicting's)
         self.eviction_state: object = None
+        #: the task shapes' kept rankings of batched placement (its type is actions.batched's); None until used
+        self.placement_index: object = None
         #: every amount the session adds up is exact in floats (actions.warm.exact_accounting); None: not asked
         self.exact_accounting: bool | None = None
         #: the monotonic clock (seconds) the eviction actions' search budgets read (``scenarioSearchBudgets``);
@@ -233,6 +238,8 @@ class Session:
             hooks.clear()
         self.node_scorers_neutral.clear()
         self.node_ranker = None
+        self.node_rank_row = None
+        self.placement_index = None
         self.task_node_capacity_check = None
         self.subset_nodes = None
         self.queue_order = None
@@ -243,13 +250,17 @@ class Session:
 
     # ---- node scoring -------------------------------------------------------------------------------
     def add_node_scorer(self, scorer: NodeScorer, *, neutral: NeutralScorer | None = None,
-                        ranker: NodeRanker | None = None) -> None:
+                        ranker: NodeRanker | None = None, rank_row: NodeRankRow | None = None) -> None:
         """Register a node scorer (scores of all scorers are summed; the first maximum wins). ``neutral``: tells
         when the scorer gives every candidate of a task the same score (or None), so that it cannot change which
         node wins; ``ranker``: finds the node this scorer ranks first directly — placement asks it instead of
-        scoring every candidate when every other scorer is neutral for the task (the same node, fewer arrays)."""
+        scoring every candidate when every other scorer is neutral for the task (the same node, fewer arrays);
+        ``rank_row``: the resource row whose available amount (idle + releasing) the ranker's order is, smallest
+        first (then the smaller node index), when it is for a task: batched placement keeps that order per task
+        shape (actions.batched)."""
         if ranker is not None:
             self.node_ranker = (len(self.node_scorers), ranker)
+            self.node_rank_row = rank_row
         self.node_scorers.append(scorer)
         self.node_scorers_neutral.append(neutral)
 

@@ -122,7 +122,7 @@ class NodePlacementPlugin(Plugin):
         # nodes without any of the resource score 0 (allocatable is fixed for the session)
         self.without = {r: ssn.nodes.allocatable[r] <= 0 for r in (GPU, CPU)}
         self.all_have = {r: not bool(self.without[r].any()) for r in (GPU, CPU)}
-        ssn.add_node_scorer(self.score, ranker=self.first_ranked)
+        ssn.add_node_scorer(self.score, ranker=self.first_ranked, rank_row=self.rank_row)
 
     def _placing(self, task: TaskInfo) -> tuple[int, str]:
         """The resource row the task is placed by (GPUs for a GPU task but MIG, else CPU) and its strategy."""
@@ -173,3 +173,11 @@ class NodePlacementPlugin(Plugin):
         non_alloc = nodes.idle[r] + nodes.releasing[r] if nodes.any_releasing else nodes.idle[r]
         best = int(np.where(fit, non_alloc, np.inf).argmin())
         return best if fit[best] else -1
+
+    def rank_row(self, task: TaskInfo) -> int | None:
+        """The row :meth:`first_ranked` orders the nodes by (its first node: the first least non-allocated amount,
+        ``idle + releasing``, which is ``idle`` itself while nothing was ever releasing), when it ranks the task."""
+        r, strategy = self._placing(task)
+        if strategy != "binpack" or not self.all_have[r]:
+            return None
+        return r
