@@ -22,12 +22,15 @@ class Response:
 class ApiError(Exception):
     """A request the server refused (4xx/5xx) or could not be sent (``status == 0``)."""
 
-    def __init__(self, status: int, reason: str, message: str, body: JSON = None) -> None:
+    def __init__(self, status: int, reason: str, message: str, body: JSON = None, *,
+                 retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.body = body
+        #: seconds the server asked the client to wait (its ``Retry-After`` header on a 429 or 5xx), if any
+        self.retry_after = retry_after
 
     @property
     def retryable(self) -> bool:

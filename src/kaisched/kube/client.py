@@ -1,10 +1,13 @@
 """The real :class:`~kaisched.kube.api.Api`: JSON over a synchronous ``httpx2.Client``.
 
 Configuration and authentication come from lightkube (kubeconfig files, in-cluster service accounts,
-bearer tokens, client certificates, exec plugins): :func:`lightkube.config.client_adapter.Client` hands us
-an authenticated ``httpx2.Client`` and everything else (paths, JSON, errors, watch streams) is ours.
+bearer tokens, client certificates, exec plugins): lightkube's ``ConnectionParams.httpx_params`` gives the
+settings of an authenticated ``httpx2.Client`` (we add the pool limits) and everything else (paths, JSON,
+errors, watch streams) is ours.
 Bodies are encoded and decoded with msgspec. The client is safe to share between threads; its connection
-pool allows 100 connections (20 kept alive), enough for a pool of 16 binding workers.
+pool (:data:`POOL_LIMITS`) keeps up to 128 connections alive, so that the writer's requests (up to 64 in
+flight, :class:`~kaisched.kube.concurrency.AdaptiveLimit`) and the informers' watches all reuse persistent
+connections instead of paying a TLS handshake per request once more than httpx's default 20 are busy.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ _REASONS = {
     504: "Timeout",
 }
 
+#: persistent connections: every connection the writer and the watches open at once is kept alive and reused
+POOL_LIMITS = httpx2.Limits(max_connections=128, max_keepalive_connections=128, keepalive_expiry=30.0)
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
@@ -62,7 +68,19 @@ def status_reason(status: int) -> str:
     return _REASONS.get(status, "InternalError" if status >= 500 else "Unknown")
 
 
-def _error_from(status: int, content: bytes, what: str) -> ApiError:
+def retry_after_seconds(value: str | None) -> float | None:
+    """The ``Retry-After`` header's delay in seconds (the API server sends whole seconds; an HTTP date or garbage
+    is ignored: None)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 and seconds == seconds else None
+
+
+def _error_from(status: int, content: bytes, what: str, retry_after: float | None = None) -> ApiError:
     """An :class:`ApiError` from a non-2xx answer, using the ``Status`` object when the server sent one."""
     body: JSON = None
     try:
@@ -72,9 +90,9 @@ def _error_from(status: int, content: bytes, what: str) -> ApiError:
     if isinstance(body, dict) and body.get("kind") == "Status":
         reason = body.get("reason") or status_reason(status)
         message = body.get("message") or what
-        return ApiError(status, str(reason), str(message), body)
+        return ApiError(status, str(reason), str(message), body, retry_after=retry_after)
     text = content.decode("utf-8", "replace").strip()[:500]
-    return ApiError(status, status_reason(status), f"{what}: {text}" if text else what, body)
+    return ApiError(status, status_reason(status), f"{what}: {text}" if text else what, body, retry_after=retry_after)
 
 
 def _transport_error(exc: httpx2.HTTPError, what: str) -> ApiError:
@@ -108,7 +126,7 @@ class KubeClient:
             timeout=httpx2.Timeout(timeout), trust_env=trust_env, transport=transport
         )
         try:
-            http = client_adapter.Client(config, params)
+            http = httpx2.Client(**params.httpx_params(config), limits=POOL_LIMITS)
         except (ConfigError, OSError, ValueError) as exc:
             raise KubeConfigError(f"Kubernetes context {config.context_name!r}: {exc}") from exc
         http.headers["User-Agent"] = USER_AGENT
@@ -203,6 +221,7 @@ class KubeClient:
             base_url=base_url,
             timeout=httpx2.Timeout(timeout),
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+            limits=POOL_LIMITS,
         )
         return cls(http, namespace=namespace)
 
@@ -246,7 +265,7 @@ class KubeClient:
             raise _transport_error(exc, what) from exc
         data = resp.content
         if not 200 <= resp.status_code < 300:
-            raise _error_from(resp.status_code, data, what)
+            raise _error_from(resp.status_code, data, what, retry_after_seconds(resp.headers.get("retry-after")))
         return Response(resp.status_code, _decode_body(data, resp.headers.get("content-type", ""), what))
 
     def stream(self, path: str, *, params: Mapping[str, str] | None = None,

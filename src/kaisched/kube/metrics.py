@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kaisched.actions.registry import build_actions
 from kaisched.actions.search_budget import STOPPED_BY_ACTION
+from kaisched.cluster.incremental import IncrementalState
 from kaisched.cluster.memo import CycleMemo
 from kaisched.framework.config import BUDGET_ACTIONS, BUDGET_DEFAULT, BUDGET_GENERATORS, SchedulerConfig
 from kaisched.framework.result import CycleResult
@@ -83,21 +84,23 @@ class CycleTimings:
 def timed_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
                 clock: Callable[[], float] = time.perf_counter,
                 memo: CycleMemo | None = None, *, make_template_claims: bool = True,
-                usage: UsageTable | None = None) -> tuple[CycleResult, CycleTimings]:
+                usage: UsageTable | None = None, state: IncrementalState | None = None) -> tuple[CycleResult,
+                                                                                                 CycleTimings]:
     """:func:`kaisched.cluster.schedule.run_prepared_cycle` with each part timed: open session (snapshot and
     every plugin's open), each action, close session (every plugin's close and the result). A cycle the
     ``memo`` answers (nothing changed since the last quiet cycle) has only its end-to-end time.
     ``make_template_claims=False`` (Kubernetes mode): the snapshot does not make the DRA claims of pods'
     templated claims; a pod waits until the resourceclaim controller has made them. ``usage``: each queue's
-    historical usage (time-based fair share); None: weight-only division."""
+    historical usage (time-based fair share); None: weight-only division. ``state``: the snapshot model kept
+    from the last cycle (:mod:`kaisched.cluster.incremental`), updated instead of built afresh."""
     start = clock()
     if memo is not None:
         known = memo.lookup(parsed, config, now, usage)
         if known is not None:
             return known, CycleTimings((clock() - start) * 1000.0)
-    snapshot = build_snapshot(parsed, now, SnapshotOptions(
-        full_hierarchy_fairness=config.params.full_hierarchy_fairness, scheduler_name=config.params.scheduler_name,
-        make_template_claims=make_template_claims))
+    options = SnapshotOptions(full_hierarchy_fairness=config.params.full_hierarchy_fairness,
+                              scheduler_name=config.params.scheduler_name, make_template_claims=make_template_claims)
+    snapshot = state.snapshot(parsed, now, options) if state is not None else build_snapshot(parsed, now, options)
     snapshot.usage = usage
     plugins = build_plugins(config.plugins)
     ssn = Session(snapshot, config, plugins)
@@ -220,6 +223,15 @@ class SchedulerMetrics:
                                              "Writes not sent because the replica's lease was no longer held "
                                              "(a plan made under a lease or term that ended)", ["operation"],
                                              namespace=ns, registry=reg)
+        # kaisched's own: the writer's adaptive concurrency (kube/concurrency.py) and its event recorder
+        self.write_concurrency_limit = Gauge("write_concurrency_limit",
+                                             "Writes the cluster writer lets be in flight at once (adapts to the API "
+                                             "server's answers: 429, Retry-After, latency)", namespace=ns, registry=reg)
+        self.write_pushbacks = Counter("write_pushbacks", "API server answers asking for fewer requests (429, 503, "
+                                       "504) to the cluster writer", namespace=ns, registry=reg)
+        self.events_filtered = Counter("events_filtered", "Events not written: over an object's event rate "
+                                       "(spam filter) or combined into an aggregate", ["reason"], namespace=ns,
+                                       registry=reg)
         # kaisched's own: the capacity the queues divided (a capacity query for time-based fair share where
         # kube-state-metrics is not scraped), and the usage source's health and answers (spec 5.7)
         self.cluster_capacity_gpus = Gauge("cluster_capacity_gpus", "GPUs the queues divided in the last cycle",
@@ -252,6 +264,8 @@ class SchedulerMetrics:
                                f"{ns}_pod_group_evicted_pods": f"{ns}_pod_group_evicted_pods_total",
                                f"{ns}_scenario_search_jobs": f"{ns}_scenario_search_jobs_total",
                                f"{ns}_usage_db_fetches": f"{ns}_usage_db_fetches_total",
+                               f"{ns}_write_pushbacks": f"{ns}_write_pushbacks_total",
+                               f"{ns}_events_filtered": f"{ns}_events_filtered_total",
                                f"{ns}_scenario_search_action_budget_exhausted":
                                    f"{ns}_scenario_search_action_budget_exhausted_total"}
         # label children, bound once
@@ -328,6 +342,17 @@ class SchedulerMetrics:
     def observe_bind(self, milliseconds: float) -> None:
         """One bind, from its decision to the API server's answer."""
         self.task_bind_latency.observe(milliseconds)
+
+    def observe_write(self, limit: int, pushback: bool) -> None:
+        """One answer to the cluster writer: its concurrency limit after it, and whether the server pushed back."""
+        self.write_concurrency_limit.set(limit)
+        if pushback:
+            self.write_pushbacks.inc()
+
+    def event_filtered(self, reason: str, count: int = 1) -> None:
+        """Events not written (``reason``: ``spam`` over the object's rate, ``aggregated`` combined)."""
+        if count:
+            self.events_filtered.labels(reason).inc(count)
 
     def fenced_write_dropped(self, operation: str) -> None:
         """One write dropped by the writer's fence (``operation``: the operation's class name)."""

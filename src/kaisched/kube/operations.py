@@ -60,7 +60,7 @@ KAI's behaviour (spec 1.1, 1.2, 2.2, 3.3, 7.4, 11.2), with the project's decisio
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -87,6 +87,8 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 COMPONENT = "kai-scheduler"
+#: client-go's prefix of an event that stands for several similar ones (same object, type and reason)
+AGGREGATED_PREFIX = "(combined from similar events): "
 DEFAULT_NODE_POOL = "default"  # KAI's node-pool name of objects without the node-pool label
 EVENT_MESSAGE_LIMIT = 1024
 GPU_RESOURCE_KEY = C.GPU_RESOURCE
@@ -304,12 +306,21 @@ def pod_gone(err: ApiError) -> bool:
 
 
 # ----------------------------------------------------------------------------------------- operations
+#: the writer sends urgent operations (what a pod waits for: its PodGroup, its bind, an eviction) before
+#: background ones (events, status, conditions), which get a share of its concurrency while urgent ones wait
+URGENT = 0
+BACKGROUND = 1
+
+
 class Operation:
     """One write of a cycle. Subclasses are frozen dataclasses."""
 
     __slots__ = ()
     name: ClassVar[str] = "operation"
     failure_reason: ClassVar[str | None] = None  # reason of the Warning event when the operation fails
+    priority: ClassVar[int] = BACKGROUND
+    #: the operation creates its object: operations naming its lane in ``after`` wait until it is done
+    creates: ClassVar[bool] = False
 
     @property
     def target(self) -> ObjectRef:
@@ -329,6 +340,12 @@ class Operation:
     def supersedes(self) -> frozenset[str]:
         """Slots of queued operations on the same lane that this one makes pointless."""
         return frozenset()
+
+    @property
+    def after(self) -> tuple[str, ...]:
+        """Lanes of objects being created (an operation with ``creates``) that must exist before this one is sent;
+        when such a creation failed for good, this operation fails too."""
+        return ()
 
     def requests(self) -> tuple[Request, ...]:
         raise NotImplementedError
@@ -367,17 +384,23 @@ class Bind(Operation):
 
     name: ClassVar[str] = "bind"
     failure_reason: ClassVar[str | None] = "FailedBinding"
+    priority: ClassVar[int] = URGENT
     pod: ObjectRef
     node: str
     gpu_groups: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)  # merge-patched before the binding
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # on the Binding (with the labels when patched)
     then: tuple[Operation, ...] = ()  # written once bound (the Scheduled event)
     claims: tuple[ClaimReservation, ...] = ()  # written first, in order (DRA PreBind)
+    pod_group: str = ""  # lane of the pod's PodGroup: a creation of it in flight is waited for
 
     @property
     def target(self) -> ObjectRef:
         return self.pod
+
+    @property
+    def after(self) -> tuple[str, ...]:
+        return (self.pod_group,) if self.pod_group else ()
 
     def success_ops(self) -> tuple[Operation, ...]:
         return self.then
@@ -388,24 +411,28 @@ class Bind(Operation):
 
     @property
     def patch_body(self) -> dict[str, Any] | None:
-        """The labels and annotations to merge-patch first; with the pod's uid, which the API server checks (a
-        pod recreated under the same name is refused with 422, never patched)."""
-        meta: dict[str, Any] = {}
-        if self.labels:
-            meta["labels"] = dict(self.labels)
+        """The labels (and then the annotations too) to merge-patch first; with the pod's uid, which the API server
+        checks (a pod recreated under the same name is refused with 422, never patched). None when there are no
+        labels: the annotations ride on the Binding, which the API server copies onto the pod as it binds it."""
+        if not self.labels:
+            return None
+        meta: dict[str, Any] = {"labels": dict(self.labels)}
         if self.annotations:
             meta["annotations"] = dict(self.annotations)
-        if meta and self.pod.uid:
+        if self.pod.uid:
             meta["uid"] = self.pod.uid
-        return {"metadata": meta} if meta else None
+        return {"metadata": meta}
 
     @property
     def binding_body(self) -> dict[str, Any]:
         """The Binding, with the pod's uid as kube-scheduler's binder sends it: the API server binds only that
-        pod (another of the same name, made by a controller since the snapshot, is refused with 409)."""
-        meta = {"name": self.pod.name, "namespace": self.pod.namespace}
+        pod (another of the same name, made by a controller since the snapshot, is refused with 409). Without
+        labels to patch, it carries the annotations (one request instead of a patch and a binding)."""
+        meta: dict[str, Any] = {"name": self.pod.name, "namespace": self.pod.namespace}
         if self.pod.uid:
             meta["uid"] = self.pod.uid
+        if self.annotations and not self.labels:
+            meta["annotations"] = dict(self.annotations)
         return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}
 
@@ -459,6 +486,7 @@ class ReleaseClaim(Operation):
     """Remove reservations from a ResourceClaim (pods gone, or a bind rolled back): see :class:`ClaimRelease`."""
 
     name: ClassVar[str] = "release"
+    priority: ClassVar[int] = URGENT
     release: ClaimRelease
 
     @property
@@ -482,6 +510,7 @@ class Evict(Operation):
 
     name: ClassVar[str] = "evict"
     failure_reason: ClassVar[str | None] = "EvictionFailed"
+    priority: ClassVar[int] = URGENT
     pod: ObjectRef
     action: str
     preemptor: str  # "<ns>/<podgroup>" or ""
@@ -566,6 +595,7 @@ class PodMetadataPatch(Operation):
 
     name: ClassVar[str] = "patch"
     failure_reason: ClassVar[str | None] = "PodGrouperWarning"
+    priority: ClassVar[int] = URGENT
     pod: ObjectRef
     labels: Mapping[str, str | None] = field(default_factory=dict)
     annotations: Mapping[str, str | None] = field(default_factory=dict)
@@ -600,6 +630,8 @@ class CreatePodGroup(Operation):
 
     name: ClassVar[str] = "create"
     failure_reason: ClassVar[str | None] = "PodGrouperWarning"
+    priority: ClassVar[int] = URGENT
+    creates: ClassVar[bool] = True
     body: Mapping[str, Any]
     for_pod: ObjectRef | None = None  # where a failure is reported
 
@@ -631,6 +663,7 @@ class PodGroupSpecPatch(Operation):
 
     name: ClassVar[str] = "update"
     failure_reason: ClassVar[str | None] = "PodGrouperWarning"
+    priority: ClassVar[int] = URGENT
     pod_group: ObjectRef
     spec: Mapping[str, Any]
     for_pod: ObjectRef | None = None  # where a failure is reported
@@ -762,7 +795,9 @@ class Event(Operation):
         create = Request("POST", event_path(self.namespace), self.body())
         if self.count <= 1:
             return (create,)
-        patch = {"count": self.count, "lastTimestamp": rfc3339(self.last)}
+        patch: dict[str, Any] = {"count": self.count, "lastTimestamp": rfc3339(self.last)}
+        if self.message.startswith(AGGREGATED_PREFIX):  # an aggregate carries the latest of its messages
+            patch["message"] = self.message
         return (Request("PATCH", event_path(self.namespace, self.event_name), patch, MERGE_PATCH, fallback=create,
                         fallback_when=is_not_found),)
 
@@ -1031,22 +1066,72 @@ class _EventRecord:
     count: int
 
 
-class EventMemory:
-    """Which events were planned, so that an unchanged one is not recorded every cycle.
+#: client-go's event spam filter: a token bucket per object, this many events at once ...
+EVENT_BURST = 25
+#: ... refilled with one token every this many seconds
+EVENT_REFILL_SECONDS = 300.0
+#: client-go's event aggregator: this many distinct messages of one (object, type, reason) ...
+EVENT_AGGREGATE_AFTER = 10
+#: ... within this interval make the later ones one combined Event
+EVENT_AGGREGATE_INTERVAL = timedelta(minutes=10)
 
-    Between :meth:`begin` and :meth:`end` (one cycle), :meth:`event` returns the Event to write, or None when an
-    event with the same (object uid, reason, message) was already planned in this cycle or the previous one.
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: datetime
+
+
+@dataclass(slots=True)
+class _Similar:
+    messages: dict[str, datetime] = field(default_factory=dict)  # distinct messages -> last seen
+    record: _EventRecord | None = None  # the combined Event, once there is one
+
+
+class EventMemory:
+    """Which events were planned, so that an unchanged one is not recorded every cycle, and the event recorder's
+    correlation (client-go's ``EventCorrelator``: aggregation, deduplication and a spam filter).
+
+    Between :meth:`begin` and :meth:`end` (one cycle), :meth:`event` returns the Event to write, or None when
+
+    * an event with the same (object uid, reason, message) was already planned in this cycle or the previous one;
+    * the object is over its event rate: each object has a token bucket of ``burst`` events refilled with one
+      every ``refill_seconds`` (client-go: 25, one per 5 minutes), so a pod that keeps failing in new ways
+      cannot flood the API server with events.
+
     An event that comes back after a gap of at least one cycle reuses its Event object (count + 1) for up to
-    ``memory``; after that it is a new Event.
+    ``memory``; after that it is a new Event. Similar events, the same object, type and reason with
+    ``aggregate_after`` distinct messages within ``aggregate_interval``, are combined, as client-go's aggregator
+    does: from then on they are one Event whose message is ``(combined from similar events): <the latest>`` and
+    whose count grows (a patch, not a new object). ``on_filtered(reason)`` is told of every event not written
+    (``spam``) or combined (``aggregated``).
     """
 
-    def __init__(self, component: str = COMPONENT, memory: timedelta = timedelta(hours=1)) -> None:
+    def __init__(self, component: str = COMPONENT, memory: timedelta = timedelta(hours=1), *,
+                 burst: int = EVENT_BURST, refill_seconds: float = EVENT_REFILL_SECONDS,
+                 aggregate_after: int = EVENT_AGGREGATE_AFTER,
+                 aggregate_interval: timedelta = EVENT_AGGREGATE_INTERVAL,
+                 on_filtered: Callable[[str], None] | None = None) -> None:
+        if burst < 1:
+            raise ValueError(f"burst: must be at least 1, got {burst}")
+        if refill_seconds <= 0:
+            raise ValueError(f"refill_seconds: must be > 0, got {refill_seconds}")
+        if aggregate_after < 2:
+            raise ValueError(f"aggregate_after: must be at least 2, got {aggregate_after}")
         self.component = component
         self.memory = memory
+        self.burst = burst
+        self.refill_seconds = refill_seconds
+        self.aggregate_after = aggregate_after
+        self.aggregate_interval = aggregate_interval
+        self.on_filtered = on_filtered
         self._records: dict[tuple[str, str, str], _EventRecord] = {}
         self._active: set[tuple[str, str, str]] = set()
         self._seen: set[tuple[str, str, str]] = set()
+        self._buckets: dict[str, _Bucket] = {}
+        self._similar: dict[tuple[str, str, str], _Similar] = {}
         self._seq = 0
+        self.filtered: dict[str, int] = {"spam": 0, "aggregated": 0}
 
     def begin(self) -> None:
         self._seen = set()
@@ -1057,24 +1142,68 @@ class EventMemory:
         self._seen = set()
         horizon = now - self.memory
         self._records = {k: r for k, r in self._records.items() if r.last >= horizon or k in self._active}
+        full = timedelta(seconds=self.burst * self.refill_seconds)
+        self._buckets = {k: b for k, b in self._buckets.items() if now - b.at < full}  # the others are full again
+        recent = now - self.aggregate_interval
+        for key in list(self._similar):
+            similar = self._similar[key]
+            similar.messages = {m: t for m, t in similar.messages.items() if t >= recent}
+            if not similar.messages and (similar.record is None or similar.record.last < horizon):
+                del self._similar[key]
+
+    def _filtered(self, reason: str) -> None:
+        self.filtered[reason] += 1
+        if self.on_filtered is not None:
+            self.on_filtered(reason)
+
+    def _take_token(self, obj: str, now: datetime) -> bool:
+        bucket = self._buckets.get(obj)
+        if bucket is None:
+            bucket = self._buckets[obj] = _Bucket(float(self.burst), now)
+        else:
+            refill = max((now - bucket.at).total_seconds(), 0.0) / self.refill_seconds
+            bucket.tokens = min(float(self.burst), bucket.tokens + refill)
+            bucket.at = now
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
 
     def event(self, involved: ObjectRef, type_: str, reason: str, message: str, now: datetime,
               annotations: Mapping[str, str] | None = None) -> Event | None:
         self._seq += 1
         message = message[:EVENT_MESSAGE_LIMIT]
-        key = (involved.uid or involved.lane, reason, message)
+        obj = involved.uid or involved.lane
+        key = (obj, reason, message)
         if key in self._seen or key in self._active:
             self._seen.add(key)
             return None
         self._seen.add(key)
-        record = self._records.get(key)
+        similar = self._similar.setdefault((obj, type_, reason), _Similar())
+        recent = now - self.aggregate_interval
+        similar.messages = {m: t for m, t in similar.messages.items() if t >= recent}
+        similar.messages[message] = now
+        aggregate = len(similar.messages) >= self.aggregate_after
+        if not self._take_token(obj, now):
+            self._filtered("spam")
+            return None
+        if aggregate:  # one Event for all of them: the combined one
+            self._filtered("aggregated")
+            message = (AGGREGATED_PREFIX + message)[:EVENT_MESSAGE_LIMIT]
+            record = similar.record
+        else:
+            record = self._records.get(key)
         if record is not None and now - record.last < self.memory:
             record.count += 1
             record.last = now
             return Event(involved, type_, reason, message, record.name, record.first, now, record.count,
                          dict(annotations or {}), self.component)
         event = new_event(involved, type_, reason, message, now, self._seq, annotations, self.component)
-        self._records[key] = _EventRecord(event.event_name, now, now, 1)
+        fresh = _EventRecord(event.event_name, now, now, 1)
+        if aggregate:
+            similar.record = fresh
+        else:
+            self._records[key] = fresh
         return event
 
 
@@ -1180,14 +1309,16 @@ class _Cycle:
                            f"Not binding pod {ref.key} to node {placement.node}: {problem}")
                 continue
             labels, annotations = self.bind_metadata(placement, pod)
-            group = self.lookup(C.POD_GROUP_KIND, self.group_key_of_pod(placement.pod, pod) or "")
+            group_key = self.group_key_of_pod(placement.pod, pod) or ""
+            group = self.lookup(C.POD_GROUP_KIND, group_key)
             pool = node_pool_of(group, self.options.node_pool_label_key)
             scheduled = self.planner.events.event(
                 ref, "Normal", "Scheduled",
                 f"Successfully assigned pod {ref.namespace}/{ref.name} to node {placement.node} at node-pool {pool}",
                 self.now)
             out.append(Bind(ref, placement.node, placement.gpu_groups, labels, annotations,
-                            then=(scheduled,) if scheduled is not None else (), claims=claims))
+                            then=(scheduled,) if scheduled is not None else (), claims=claims,
+                            pod_group=ObjectRef.pod_group(group_key).lane if group_key else ""))
         return out
 
     def claim_reservations(self, placement: Placement, pod: Mapping[str, Any], ref: ObjectRef
@@ -1497,6 +1628,32 @@ def _int(value: object, default: int) -> int:
     if isinstance(value, int):
         return value
     return default
+
+
+def fold_grouping(grouping: Iterable[Operation], ops: Sequence[Operation],
+                  binding: Collection[str] = ()) -> list[Operation]:
+    """The pod-grouper's pod patches (``grouping``) folded into the cycle's ``ops``: a pod the cycle binds gets its
+    grouping annotations on its Binding (the API server writes them as it binds the pod: one request, not two);
+    the annotation-only patch of a pod in ``binding`` (a bind of an earlier cycle in flight, which carries them) is
+    dropped. A patch that also sets labels, and the patches of other pods, are kept, ahead of the cycle's
+    operations (on the pod's lane a patch is sent before the bind). Returns what to submit, in order."""
+    binds = {op.pod.key: i for i, op in enumerate(ops) if isinstance(op, Bind)}
+    out: list[Operation] = list(ops)
+    kept: list[Operation] = []
+    for patch in grouping:
+        foldable = (isinstance(patch, PodMetadataPatch) and not patch.labels and patch.purpose == "grouping"
+                    and all(v is not None for v in patch.annotations.values()))
+        i = binds.get(patch.target.key) if foldable else None
+        if i is None:
+            if not (foldable and patch.target.key in binding):
+                kept.append(patch)
+            continue
+        assert isinstance(patch, PodMetadataPatch)
+        bind = out[i]
+        assert isinstance(bind, Bind)
+        annotations = {k: v for k, v in patch.annotations.items() if v is not None}
+        out[i] = replace(bind, annotations={**annotations, **bind.annotations})
+    return [*kept, *out]
 
 
 def operations_of(ops: Iterable[Operation], kind: type[Operation]) -> list[Operation]:

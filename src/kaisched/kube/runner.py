@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from kaisched.cluster.incremental import IncrementalState
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import compiled_core, long_lived_frozen, no_cyclic_gc
 from kaisched.framework.config import SchedulerConfig
@@ -57,7 +58,15 @@ from kaisched.kube.leader import LeaderElector, default_identity
 from kaisched.kube.live import group_live
 from kaisched.kube.logs import get_logger, log_cycle
 from kaisched.kube.metrics import CycleTimings, SchedulerMetrics, timed_cycle
-from kaisched.kube.operations import EventMemory, ObjectRef, Operation, OperationPlanner, pods_by_group
+from kaisched.kube.operations import (
+    EventMemory,
+    ObjectRef,
+    Operation,
+    OperationPlanner,
+    PodMetadataPatch,
+    fold_grouping,
+    pods_by_group,
+)
 from kaisched.kube.resources import (
     CONFIGMAP,
     KINDS,
@@ -95,7 +104,8 @@ class RunOptions:
     retry_period: float = 2.0
     listen_host: str = "0.0.0.0"
     listen_port: int | None = 8080  # None: no metrics/health server
-    workers: int = 16
+    workers: int = 16  # the writer's requests in flight at first
+    max_workers: int = 64  # ... at most, as the server's answers allow (kube/concurrency.py); workers under a fence
     sync_timeout: float = 120.0
     watch_timeout: float = 300.0
     max_cycles: int | None = None  # stop after this many cycles (tests, one-shot runs)
@@ -146,12 +156,15 @@ class KubeScheduler:
         self.planner = OperationPlanner()
         self.grouper = PodGrouperController(self.scheduler_name)
         self.error_events = EventMemory()
+        for memory in (self.planner.events, self.grouper.events, self.error_events):
+            memory.on_filtered = self.metrics.event_filtered  # events over an object's rate, or combined
         self.writer: ClusterWriter | None = None
         self._writer_term: int | None = None  # the leadership term the writer writes for (None: no election)
         self.elector: LeaderElector | None = None
         self.server: HealthServer | None = None
         self.cycles = 0
         self.memo = CycleMemo()  # the last quiet cycle: an unchanged cluster is not scheduled again
+        self.state = IncrementalState()  # the snapshot model, updated with what changed since the last cycle
         self.failures: list[Failure] = []
         # hooks of the command that runs this scheduler (kaisched run wires the dashboard): called after each
         # cycle with (prepared objects, result, now) on the scheduling thread, and extra routes of the HTTP server
@@ -312,7 +325,12 @@ class KubeScheduler:
 
     def _new_writer(self, term: int | None = None) -> ClusterWriter:
         fence = partial(self.elector.holds, term) if self.elector is not None and term is not None else None
-        return ClusterWriter(self.api, workers=self.options.workers, on_failure=self._on_failure,
+        o = self.options
+        # under a fence the ceiling stays at workers: it bounds the writes that passed the fence just before a pause
+        # (a paused replica's requests on the wire when it resumes: tests/kube/test_fencing_contract.py)
+        ceiling = o.workers if fence is not None else max(o.max_workers, o.workers)
+        return ClusterWriter(self.api, workers=o.workers, max_workers=ceiling,
+                             on_failure=self._on_failure,
                              metrics=self.metrics, lookup=self.lookup, fence=fence,
                              on_denied=partial(self._denied, term))
 
@@ -392,7 +410,9 @@ class KubeScheduler:
                                          evictions, _rfc3339(now)), claims)
             replanned: dict[str, PodGroup] = {}
             prepared = self._group(parsed, now, replanned)
-            writer.submit(self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now, replanned))
+            grouping = self.grouper.plan([o for _, o in api_pods], api_pod_groups, prepared, now, replanned)
+            # the PodGroups go out at once, before the cycle; the pod patches with the cycle's binds (fold_grouping)
+            writer.submit(op for op in grouping if not isinstance(op, PodMetadataPatch))
             usage = self.usage.table(now) if self.usage is not None else None
             result, timings = self._cycle(prepared, now, usage)
             if self.usage is not None:
@@ -401,7 +421,7 @@ class KubeScheduler:
             ops = self.planner.plan(result, self.lookup, now, pods_by_group(prepared),
                                     settling=set(placements) | evictions, device_slice=self._device_slices(),
                                     held_devices=held_devices(claims) if result.claims else None)
-            writer.submit(ops)
+            writer.submit(fold_grouping((op for op in grouping if isinstance(op, PodMetadataPatch)), ops, placements))
             if api_claims:
                 claims_kind = self._dra(C.RESOURCE_CLAIM_KIND)
                 assert claims_kind is not None
@@ -421,7 +441,8 @@ class KubeScheduler:
     def _cycle(self, prepared: ParsedObjects, now: datetime,
                usage: UsageTable | None = None) -> tuple[CycleResult, CycleTimings]:
         """The cycle, in Kubernetes mode's snapshot options (the memo knows the DRA objects: cluster/memo.py)."""
-        return timed_cycle(prepared, self.config, now, memo=self.memo, make_template_claims=False, usage=usage)
+        return timed_cycle(prepared, self.config, now, memo=self.memo, make_template_claims=False, usage=usage,
+                           state=self.state)
 
     def _device_slices(self) -> Callable[[str, str, str], Mapping[str, Any] | None]:
         """``(driver, pool, device) -> ResourceSlice``, indexed on first use (only allocations whose devices are

@@ -1,8 +1,25 @@
 """Apply a cycle's operations to the API server without ever blocking the cycle.
 
 :class:`ClusterWriter` keeps one *lane* per written object: operations on one object run one at a time, in
-submission order; lanes run concurrently on a bounded thread pool (``workers`` requests in flight at most).
-:meth:`ClusterWriter.submit` only queues and returns.
+submission order; lanes run concurrently on the writer's threads. :meth:`ClusterWriter.submit` only queues and
+returns.
+
+* **Concurrency adapts to the server** (:class:`~kaisched.kube.concurrency.AdaptiveLimit`): at most ``limit``
+  requests are in flight, starting at ``workers``; every answer in time raises the limit (additively, up to
+  ``max_workers``, by default ``workers``: ``kaisched run`` starts at 16 and may reach 64), a 429/503/504
+  halves it and its ``Retry-After`` holds every new request back that long, and answers that queue (slower
+  than the limit's latency target) lower it. The requests go over the client's pool of persistent connections
+  (:data:`kaisched.kube.client.POOL_LIMITS`).
+* **Priorities**: a lane whose queue holds an urgent operation (a PodGroup creation, a pod-grouper patch, a bind,
+  an eviction, a claim release: ``Operation.priority``) is started before any background one (events, statuses,
+  conditions, nominations); while urgent lanes wait for a thread or for a creation, background lanes run one at a
+  time, and while urgent lanes run, on at most a quarter of the limit: a burst of binds is neither queued behind
+  its own ``Scheduled`` events nor slowed down by them at the server, and the events still go out meanwhile.
+* **Order across objects** (``Operation.after``): a bind waits until the creation of its pod's PodGroup submitted
+  before it (``Operation.creates``) is done, as KAI's pod-grouper creates the PodGroup before the scheduler binds
+  the pod; creations and pod patches of a cycle go out at once, in parallel, ahead of the cycle's binds. When
+  the creation failed for good, the bind fails without being sent (the pod stays pending; the next cycle groups it
+  again).
 
 * **Coalescing**: an operation with a ``slot`` (status, condition, annotations, ...) replaces a still-queued
   operation of the same lane and slot, so a slow object never accumulates stale status writes; an operation
@@ -47,7 +64,8 @@ submission order; lanes run concurrently on a bounded thread pool (``workers`` r
   every later submission (follow-up events, failure reports, the next cycle's plan) is dropped on arrival. No
   write that reaches the fence after the lease lapsed leaves the process. What client-side fencing cannot call
   back is a request that passed the fence just before the process was paused and leaves after it resumes: at
-  most one per worker, each logged (``a write that passed the fence was answered after the lease lapsed``); a
+  most one per request slot (``max_workers``: ``kaisched run`` keeps it at ``workers``, 16, under leader election
+  for that reason), each logged (``a write that passed the fence was answered after the lease lapsed``); a
   pause shorter than the margin (``lease_duration - renew_deadline``) is harmless for them.
 * **Server-side fencing**: the chart's ValidatingAdmissionPolicy (:data:`~kaisched.kube.leader.FENCING_POLICY`)
   makes the API server refuse those too, and any write of a replica that is not the Lease's holder
@@ -66,7 +84,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -74,9 +91,10 @@ from typing import TYPE_CHECKING, Any
 from kaisched.framework.result import Placement
 from kaisched.kube.api import JSON, Api, ApiError, Response
 from kaisched.kube.claims import ClaimStatusWriter
+from kaisched.kube.concurrency import AdaptiveLimit, Ticket, is_pushback
 from kaisched.kube.leader import FENCING_POLICY
 from kaisched.kube.logs import get_logger
-from kaisched.kube.operations import Bind, Evict, Lookup, Operation, Request
+from kaisched.kube.operations import BACKGROUND, URGENT, Bind, Evict, Lookup, Operation, Request
 
 if TYPE_CHECKING:
     from kaisched.kube.metrics import SchedulerMetrics
@@ -158,6 +176,12 @@ class _Flight:
 class _Lane:
     queue: deque[Operation] = field(default_factory=deque)
     running: bool = False
+    ready: bool = False  # in a ready queue, waiting for a thread
+    parked: str = ""  # waiting for the creation on this lane to finish (Operation.after)
+    priority: int = BACKGROUND  # while running: the class it was started in
+
+    def urgent(self) -> bool:
+        return any(op.priority == URGENT for op in self.queue)
 
 
 def _utcnow() -> datetime:
@@ -175,6 +199,9 @@ class ClusterWriter:
         api: Api,
         *,
         workers: int = 16,
+        max_workers: int | None = None,
+        latency_target: float = 1.0,
+        limiter: AdaptiveLimit | None = None,
         max_attempts: int = 5,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
@@ -190,6 +217,9 @@ class ClusterWriter:
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be at least 1, got {workers}")
+        ceiling = workers if max_workers is None else max_workers
+        if ceiling < workers:
+            raise ValueError(f"max_workers: must be at least workers ({workers}), got {ceiling}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
         self._fence = fence
@@ -217,13 +247,24 @@ class ClusterWriter:
         self._binds: dict[str, _Flight] = {}
         self._evictions: dict[str, _Flight] = {}
         self._recent: dict[tuple[str, str], tuple[str, float]] = {}  # (lane, slot) -> (fingerprint, when)
+        #: requests in flight: adapts to the server's answers
+        self.limiter = limiter if limiter is not None else AdaptiveLimit(
+            workers, maximum=ceiling, latency_target=latency_target, clock=clock)
+        self._max_threads = max(ceiling, self.limiter.maximum)
+        self._threads: list[threading.Thread] = []
+        self._idle_threads = 0
+        self._work = threading.Condition(self._lock)
+        self._ready: tuple[deque[str], deque[str]] = (deque(), deque())  # lane keys by priority
+        self._running = [0, 0]  # lanes running, by the priority they were started in
+        self._creating: dict[str, int] = {}  # lane -> creations queued or running (Operation.creates)
+        self._create_failed: dict[str, tuple[ApiError, float]] = {}  # lane -> why its creation failed, when
+        self._parked: dict[str, list[str]] = {}  # lane being created -> lanes waiting for it
         self._closed = False
         self._fenced = False  # the fence failed once: nothing is written any more
         self._seq = 0
         self.failures = 0  # operations that failed for good
         self.completed = 0  # operations that succeeded
         self.fenced_drops = 0  # operations dropped because the fence failed
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kaisched-writer")
 
     # ---- submitting -------------------------------------------------------------------------------
     def submit(self, ops: Iterable[Operation]) -> int:
@@ -275,6 +316,8 @@ class ClusterWriter:
             if op.pod.key in self._evictions:
                 return False
             self._evictions[op.pod.key] = _Flight(Placement(op.pod.key, ""), now, uid=op.pod.uid)
+        if op.creates and self._creating.get(op.lane):
+            return False  # that object's creation is already queued or on the wire (the cache does not show it yet)
         lane = self._lanes.get(op.lane)
         if lane is None:
             lane = self._lanes[op.lane] = _Lane()
@@ -295,10 +338,113 @@ class ClusterWriter:
                 return False
         lane.queue.append(op)
         self._pending += 1
-        if not lane.running:
-            lane.running = True
-            self._executor.submit(self._run_lane, op.lane)
+        if op.creates:
+            self._creating[op.lane] = self._creating.get(op.lane, 0) + 1
+            self._create_failed.pop(op.lane, None)
+        self._make_ready(op.lane, lane, op.priority)
         return True
+
+    # ---- dispatching ------------------------------------------------------------------------------
+    def _make_ready(self, key: str, lane: _Lane, priority: int | None = None, *, first: bool = False) -> None:
+        """Queue the lane for a thread (again, in the urgent queue, when an urgent operation joined a lane waiting
+        in the background queue); ``first``: ahead of the others (a lane whose creation it waited for is done: it
+        is older than the lanes queued meanwhile, and its bind completes a pod). With the lock held."""
+        if lane.running or lane.parked or not lane.queue:
+            return
+        if priority is None:
+            priority = URGENT if lane.urgent() else BACKGROUND
+        if lane.ready and priority != URGENT:
+            return
+        lane.ready = True
+        if first:
+            self._ready[priority].appendleft(key)
+        else:
+            self._ready[priority].append(key)
+        if self._idle_threads == 0 and len(self._threads) < self._max_threads:
+            thread = threading.Thread(target=self._worker, name=f"kaisched-writer-{len(self._threads)}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        else:
+            self._work.notify()
+
+    def _next_lane(self) -> tuple[str, int] | None:  # with the lock held
+        """The next lane to start (urgent first; background within its share), or None when none may start now."""
+        limit = self.limiter.limit
+        if self._running[URGENT] + self._running[BACKGROUND] >= limit and not self._stop.is_set():
+            return None
+        urgent_ready, background_ready = self._ready
+        while urgent_ready:
+            key = urgent_ready.popleft()
+            lane = self._lanes.get(key)
+            if lane is not None and lane.ready and not lane.running:
+                return key, URGENT
+        # background lanes: one at a time while urgent ones wait (queued, or parked on a creation), a quarter of the
+        # limit while urgent ones run, all of it otherwise
+        share = 1 if self._parked else max(1, limit // 4) if self._running[URGENT] else limit
+        while background_ready and (self._running[BACKGROUND] < share or self._stop.is_set()):
+            key = background_ready.popleft()
+            lane = self._lanes.get(key)
+            if lane is not None and lane.ready and not lane.running:
+                return key, BACKGROUND
+        return None
+
+    def _worker(self) -> None:
+        while True:
+            with self._lock:
+                picked = self._next_lane()
+                while picked is None:
+                    if self._closed and not any(self._ready):
+                        return
+                    self._idle_threads += 1
+                    self._work.wait(0.5)
+                    self._idle_threads -= 1
+                    picked = self._next_lane()
+                key, priority = picked
+                lane = self._lanes[key]
+                lane.ready = False
+                lane.running = True
+                lane.priority = priority
+                self._running[priority] += 1
+            try:
+                self._run_lane(key)
+            finally:
+                with self._lock:
+                    self._running[priority] -= 1
+                    self._work.notify()
+
+    def _blocker(self, op: Operation) -> tuple[str, ApiError | None] | None:  # with the lock held
+        """The lane ``op`` waits for (a creation queued or running; None error), or the failed creation that makes
+        it fail; None when it may go."""
+        for after in op.after:
+            if self._creating.get(after):
+                return after, None
+            failed = self._create_failed.get(after)
+            if failed is not None:
+                return after, failed[0]
+        return None
+
+    def _creation_done(self, op: Operation, error: ApiError | None) -> None:  # with the lock held
+        """A creation finished (``error``: it failed for good; dropped operations pass None): wake the lanes
+        parked on it."""
+        key = op.lane
+        left = self._creating.get(key, 0) - 1
+        if left > 0:
+            self._creating[key] = left
+        else:
+            self._creating.pop(key, None)
+        if error is not None:
+            self._create_failed[key] = (error, self._clock())
+        if left > 0:
+            return
+        for waiting in self._parked.pop(key, ()):
+            lane = self._lanes.get(waiting)
+            if lane is None:
+                continue
+            lane.parked = ""
+            if lane.queue:
+                self._make_ready(waiting, lane, first=True)
+            elif not lane.running:
+                del self._lanes[waiting]
 
     # ---- in-flight view ---------------------------------------------------------------------------
     def in_flight_binds(self) -> dict[str, str]:
@@ -353,6 +499,7 @@ class ClusterWriter:
                         or flight.replaced(pod) or now - flight.done_at >= self.settle_timeout):
                     del self._evictions[key]
             self._recent = {k: v for k, v in self._recent.items() if now - v[1] < self.settle_timeout}
+            self._create_failed = {k: v for k, v in self._create_failed.items() if now - v[1] < self.settle_timeout}
         self.claims.settle(lookup)
 
     def pending(self) -> int:
@@ -374,10 +521,11 @@ class ClusterWriter:
             self.drain(timeout)
         with self._lock:
             self._closed = True
-        self._stop.set()
-        stopped = self.drain(timeout)
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        return stopped
+            self._stop.set()
+            self._drop_idle_lanes("cluster writer closed: operation dropped")
+            self._work.notify_all()
+        self.limiter.close()
+        return self.drain(timeout)
 
     def _interruptible_sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
@@ -385,6 +533,7 @@ class ClusterWriter:
     # ---- workers ----------------------------------------------------------------------------------
     def _run_lane(self, lane_key: str) -> None:
         while True:
+            blocked_by: ApiError | None = None
             with self._lock:
                 lane = self._lanes[lane_key]
                 if lane.queue and self._check_fence():
@@ -397,9 +546,22 @@ class ClusterWriter:
                     del self._lanes[lane_key]
                     self._idle.notify_all()
                     return
+                blocker = self._blocker(lane.queue[0])
+                if blocker is not None and blocker[1] is None:  # wait for the creation, without a thread
+                    lane.running = False
+                    lane.parked = blocker[0]
+                    self._parked.setdefault(blocker[0], []).append(lane_key)
+                    return
+                if blocker is not None:
+                    blocked_by = blocker[1]
                 op = lane.queue.popleft()
             try:
-                self._execute(op)
+                if blocked_by is not None:
+                    self._failed(op, ApiError(blocked_by.status, blocked_by.reason,
+                                              f"not sent: {op.after[0]} could not be created: {blocked_by.message}",
+                                              blocked_by.body), 0, 0)
+                else:
+                    self._execute(op)
             except Exception:  # never let a worker die; _execute handles every refusal itself
                 log.exception("cluster writer: unexpected error", operation=op.describe())
             finally:
@@ -414,21 +576,41 @@ class ClusterWriter:
         self._pending -= len(lane.queue)
         lane.queue.clear()
 
+    def _drop_idle_lanes(self, message: str) -> None:  # with the lock held: closing or fenced
+        """Drop the queues of lanes no thread runs (waiting for a thread or parked) and forget those lanes."""
+        self._parked.clear()
+        for key in list(self._lanes):
+            lane = self._lanes[key]
+            if lane.running:
+                continue
+            for op in lane.queue:
+                self._forget_flight(op)
+                log.warning(message, operation=op.describe())
+            self._pending -= len(lane.queue)
+            lane.queue.clear()
+            del self._lanes[key]
+        self._idle.notify_all()
+
     def _forget_flight(self, op: Operation) -> None:  # with the lock held: the operation will not happen
         if isinstance(op, Bind):
             self._binds.pop(op.pod.key, None)
             self.claims.dropped(op.claims)
         elif isinstance(op, Evict):
             self._evictions.pop(op.pod.key, None)
+        if op.creates:
+            self._creation_done(op, None)
 
     def _drop_fenced(self, op: Operation, *, running: bool) -> None:
         """The fence failed at ``op`` (taken off its lane; ``running``: its worker counts it done afterwards): drop
         it and every operation still queued. With the lock held."""
         dropped = [op]
-        for lane in self._lanes.values():
+        self._parked.clear()
+        for key, lane in list(self._lanes.items()):
             dropped.extend(lane.queue)
             self._pending -= len(lane.queue)
             lane.queue.clear()
+            if not lane.running:
+                del self._lanes[key]
         if not running:
             self._pending -= 1
         self._idle.notify_all()
@@ -447,12 +629,14 @@ class ClusterWriter:
         while step < len(requests):
             request = requests[step]
             error: ApiError | None = None
+            ticket = self.limiter.acquire()  # a slot within the adaptive limit (after any Retry-After pause)
             try:
                 with self._lock:
                     if self._check_fence():
                         raise Fenced(request.method, request.path)
                 self._send(request)
             except Fenced:
+                self.limiter.cancel(ticket)
                 with self._lock:
                     self._fenced = True
                     self._drop_fenced(op, running=True)
@@ -463,14 +647,17 @@ class ClusterWriter:
                 error = ApiError(0, type(exc).__name__, str(exc))
             if self._fence is not None:
                 self._lapsed_on_the_wire(op, request, error)
+            if error is not None and is_fencing_denial(error):
+                self._denied_by_the_server(op, request, error)  # fenced before any other lane may start
+                self.limiter.cancel(ticket)
+                return
+            self._answered(ticket, error)
             if error is None:
                 step += 1
                 continue
-            if is_fencing_denial(error):
-                self._denied_by_the_server(op, request, error)
-                return
             if error.retryable and attempt < self.max_attempts and not self._stop.is_set():
-                delay = min(self.backoff_base * 2 ** (attempt - 1), self.backoff_max)
+                delay = min(self.backoff_base * 2 ** (attempt - 1) if error.retry_after is None
+                            else error.retry_after, self.backoff_max)
                 log.info("cluster writer: retrying", operation=op.describe(), status=error.status, attempt=attempt,
                          delay_s=delay)
                 attempt += 1
@@ -479,6 +666,12 @@ class ClusterWriter:
             self._failed(op, error, attempt, step)
             return
         self._succeeded(op, started)
+
+    def _answered(self, ticket: Ticket, error: ApiError | None) -> None:
+        """Tell the adaptive limit how the request went (and the metrics)."""
+        self.limiter.release(ticket, error)
+        if self._metrics is not None:
+            self._metrics.observe_write(self.limiter.limit, is_pushback(error))
 
     def _lapsed_on_the_wire(self, op: Operation, request: Request, error: ApiError | None) -> None:
         """After a request that passed the fence: log it when the fence fails now. If the process was paused
@@ -543,6 +736,8 @@ class ClusterWriter:
             slot = op.slot
             if slot is not None:
                 self._recent[(op.lane, slot)] = (_fingerprint(op), now)
+            if op.creates:
+                self._creation_done(op, None)
             closed = self._closed
         if isinstance(op, Bind) and self._metrics is not None:
             self._metrics.observe_bind((now - started) * 1000.0)
@@ -562,6 +757,8 @@ class ClusterWriter:
                 self.claims.dropped(op.claims)
             elif isinstance(op, Evict):
                 self._evictions.pop(op.pod.key, None)
+            if op.creates:
+                self._creation_done(op, error)
             self._seq += 1
             seq = self._seq
             closed = self._closed
@@ -582,4 +779,6 @@ class ClusterWriter:
         with self._lock:
             return {"pending": self._pending, "lanes": len(self._lanes), "inFlightBinds": len(self._binds),
                     "inFlightEvictions": len(self._evictions), "completed": self.completed, "failures": self.failures,
-                    "fencedDrops": self.fenced_drops, "fenced": self._fenced, "deniedByPolicy": self._denied}
+                    "fencedDrops": self.fenced_drops, "fenced": self._fenced, "deniedByPolicy": self._denied,
+                    "parked": sum(len(v) for v in self._parked.values()), "threads": len(self._threads),
+                    "concurrency": self.limiter.stats()}
