@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kaisched.actions.registry import build_actions, validate_actions
+from kaisched.cluster.incremental import IncrementalState
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.workloads import PodLimit, expand_workloads
 from kaisched.framework.config import SchedulerConfig
@@ -124,24 +125,22 @@ def _run_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime) ->
 
 def run_prepared_cycle(parsed: ParsedObjects, config: SchedulerConfig, now: datetime,
                        memo: CycleMemo | None = None, usage: UsageTable | None = None,
-                       options: SnapshotOptions | None = None) -> CycleResult:
+                       options: SnapshotOptions | None = None, state: IncrementalState | None = None) -> CycleResult:
     """One cycle on objects whose workloads are already expanded and whose pods are grouped (the
     simulator prepares each arrival once, then runs cycle after cycle). With a ``memo`` (kept by the caller
     from cycle to cycle), a cycle over exactly the objects (and usage) of the previous one returns its result
     without running (:mod:`kaisched.cluster.memo`). ``usage``: each queue's historical usage (time-based fair
     share, made by a :mod:`kaisched.usage` source); None: weight-only division. ``options``: the snapshot's
     (default: the configuration's fairness and scheduler name, claims made from templates as the embedded
-    cluster's resourceclaim controller would)."""
+    cluster's resourceclaim controller would). ``state``: the snapshot model kept from the previous cycle
+    (:mod:`kaisched.cluster.incremental`), updated with what changed instead of built afresh."""
     if memo is not None:
         known = memo.lookup(parsed, config, now, usage)
         if known is not None:
             return known
-    snapshot = build_snapshot(
-        parsed,
-        now,
-        options or SnapshotOptions(full_hierarchy_fairness=config.params.full_hierarchy_fairness,
-                                   scheduler_name=config.params.scheduler_name),
-    )
+    opts = options or SnapshotOptions(full_hierarchy_fairness=config.params.full_hierarchy_fairness,
+                                      scheduler_name=config.params.scheduler_name)
+    snapshot = state.snapshot(parsed, now, opts) if state is not None else build_snapshot(parsed, now, opts)
     snapshot.usage = usage
     ssn = Session(snapshot, config, build_plugins(config.plugins))
     ssn.open()

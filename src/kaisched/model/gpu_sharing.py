@@ -162,6 +162,19 @@ class SharedGpus:
         self.free_sum: FloatArray = np.zeros(n, dtype=np.float64)  # free room on shared GPUs, in GPUs
         self._need: dict[float, FloatArray] = {}  # MiB per device of a fraction, per node (by fraction)
 
+    def copy(self) -> SharedGpus:
+        """The same devices with the same members, its own (changing the copy leaves these as they are)."""
+        out = SharedGpus(self.names, self.mem, self.synced)
+        out.groups = [{name: GpuGroup(g.name, g.allocated, g.releasing, g.pipelined, g.n_active, g.n_releasing,
+                                      g.n_pipelined, dict(g.members)) for name, g in groups.items()} if groups else {}
+                      for groups in self.groups]
+        out.free_idle = self.free_idle.copy()
+        out.free_pipe = self.free_pipe.copy()
+        out.count = self.count.copy()
+        out.free_sum = self.free_sum.copy()
+        out._need = self._need
+        return out
+
     def need(self, task: TaskInfo) -> FloatArray | float:
         """MiB the task takes on each of its devices, per node (a scalar for gpu-memory requests)."""
         from kaisched.model.gpu import GpuKind

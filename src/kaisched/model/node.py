@@ -92,6 +92,12 @@ class NodeInfo:
         return NodeInfo(self.index, self.name, self.labels, self.taints, self.unschedulable, self.condition_error,
                         self.gpu_memory_mib, self.mig_strategy, self.mig_enabled)
 
+    def copy(self) -> NodeInfo:
+        """A copy with its own task and host-port tables (the same tasks)."""
+        return NodeInfo(self.index, self.name, self.labels, self.taints, self.unschedulable, self.condition_error,
+                        self.gpu_memory_mib, self.mig_strategy, self.mig_enabled, dict(self.tasks),
+                        dict(self.host_ports))
+
 
 def node_condition_error(node: Node) -> str | None:
     """KAI's node-condition check: the fit-error text, or None when the node may take pods."""
@@ -106,6 +112,7 @@ def node_condition_error(node: Node) -> str | None:
     return None
 
 
+_copies = 0  # tables made by NodeTable.copy so far (each starts at a version of its own)
 #: new shared devices per node (NodeTable.new_devices) are figured again on the changed nodes up to this many changes
 NEW_DEVICES_REDONE = 64
 #: changes of the accounting remembered for :meth:`NodeTable.changed_since` (the older half is forgotten beyond)
@@ -120,7 +127,10 @@ class NodeTable:
                  "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
-                 gpu_memory_synced: Sequence[bool] | None = None) -> None:
+                 gpu_memory_synced: Sequence[bool] | None = None, *, copy_of: NodeTable | None = None) -> None:
+        if copy_of is not None:
+            self._copy(copy_of)
+            return
         static = _static_nodes(nodes, resources, gpu_memory, gpu_memory_synced)
         self.resources = resources
         self.names = static.names
@@ -154,6 +164,44 @@ class NodeTable:
         self._with_releasing: tuple[int, Vector] | None = None  # (version, idle + releasing)
         self._requested: dict[int, _Requested] = {}  # by id of a request vector (tasks that ask alike share one)
         self.dra: DraState | None = None  # DRA devices and claims (set by the snapshot before tasks are added)
+
+    def _copy(self, other: NodeTable) -> None:
+        """This table as a copy of ``other`` (see :meth:`copy`)."""
+        global _copies
+        self.resources = other.resources
+        self.names = other.names
+        self.by_name = other.by_name
+        self.allocatable = other.allocatable
+        self.gpu_capacity = other.gpu_capacity
+        self.schedulable = other.schedulable
+        self.touched = set()
+        self.infos = [info.copy() for info in other.infos]
+        self.idle = other.idle.copy()
+        self.releasing = other.releasing.copy()
+        self.shared = other.shared.copy()
+        self.legacy_mig = other.legacy_mig.copy()
+        # a version no other table had (fit results remembered by version never answer for another table)
+        _copies += 1
+        self.version = other.version + (_copies << 40)
+        self._changes = []
+        self._changes_base = self.version
+        self.any_releasing = other.any_releasing
+        self._new_devices = None
+        self._with_releasing = None
+        self._requested = {}
+        self.dra = other.dra
+
+    def copy(self) -> NodeTable:
+        """A table of the same nodes with the same tasks and accounting, its own: what a session changes in the
+        copy leaves this one as it was (the kept snapshot's nodes, :mod:`kaisched.model.kept`). The per-node
+        objects are copies too (not the static ones shared with other tables), the node facts are shared."""
+        return NodeTable((), self.resources, (), copy_of=self)
+
+    def own_nodes(self) -> None:
+        """Give this table per-node objects of its own (copies of the static ones shared with the tables built
+        later from the same nodes, which would empty them): it is kept across cycles."""
+        self.infos = [info.copy() for info in self.infos]
+        self.touched = set()
 
     def use_dra(self, dra: DraState) -> None:
         """Take the snapshot's DRA devices: each node-local GPU of a GPU driver adds one to its node's GPU row."""

@@ -314,7 +314,7 @@ def forget_cached_facts() -> None:
     forget_static_nodes()
 
 
-def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
+def retain_pod_groups(pod_groups: list[PodGroup]) -> None:
     """Forget the facts of PodGroups gone, when there are enough of them (see :func:`pod_facts.retain`)."""
     if len(_PG_FACTS) <= stale_allowance(len(pod_groups)):
         return
@@ -326,7 +326,7 @@ def _retain_pod_groups(pod_groups: list[PodGroup]) -> None:
 _facts_order = attrgetter("order")
 
 
-def _is_reservation_pod(pod: Pod) -> bool:
+def is_reservation_pod(pod: Pod) -> bool:
     """KAI's GPU reservation pods: the shared device they hold is modelled by its GPU group."""
     return pod.meta.namespace in (C.RESERVATION_NAMESPACE, C.LEGACY_RESERVATION_NAMESPACE) or (
         pod.meta.labels.get("app") == C.RESERVATION_APP_LABEL_VALUE)
@@ -353,6 +353,18 @@ def _node_facts(nodes: list[Node]) -> _NodeFacts:
     _NODE_FACTS.insert(0, (nodes, facts))
     del _NODE_FACTS[4:]
     return facts
+
+
+def job_priorities(parsed: ParsedObjects) -> tuple[dict[str, int], int]:
+    """The priority of each priority class by name (the built-in ones included) and a job's default priority
+    (the global default class's, else KAI's)."""
+    priorities = dict(C.BUILTIN_PRIORITY_CLASSES)
+    global_default: int | None = None
+    for pc in parsed.priority_classes:
+        priorities[pc.meta.name] = pc.value
+        if pc.global_default and global_default is None:
+            global_default = pc.value
+    return priorities, global_default if global_default is not None else C.DEFAULT_JOB_PRIORITY
 
 
 class SnapshotBuilder:
@@ -402,16 +414,10 @@ class SnapshotBuilder:
         tree, dropped = build_queue_tree(queue_objs, now, self.errors,
                                          full_hierarchy_fairness=self.options.full_hierarchy_fairness)
 
-        priorities = dict(C.BUILTIN_PRIORITY_CLASSES)
-        global_default: int | None = None
-        for pc in parsed.priority_classes:
-            priorities[pc.meta.name] = pc.value
-            if pc.global_default and global_default is None:
-                global_default = pc.value
-        default_priority = global_default if global_default is not None else C.DEFAULT_JOB_PRIORITY
+        priorities, default_priority = job_priorities(parsed)
 
         jobs: dict[str, PodGroupInfo] = {}
-        _retain_pod_groups(parsed.pod_groups)
+        retain_pod_groups(parsed.pod_groups)
         for pg in parsed.pod_groups:
             info = self._job(pg, tree, dropped, priorities, default_priority)
             jobs.setdefault(info.key, info)
@@ -427,7 +433,7 @@ class SnapshotBuilder:
         all_facts.sort(key=_facts_order)  # by (namespace, name)
         for facts in all_facts:
             pod = facts.pod
-            if _is_reservation_pod(pod):
+            if is_reservation_pod(pod):
                 continue
             task = self._task(pod, facts, resources, nodes, jobs)
             if task is None:
@@ -444,7 +450,7 @@ class SnapshotBuilder:
             if job.key in self.segmented:  # (a pod of the job asks for segments)
                 apply_segments(job, self.errors)
             if job.blocked is None:
-                _check_min_members(job, pod_slots)
+                check_min_members(job, pod_slots)
             for ps in job.pod_sets.values():
                 if len(ps.tasks) > 1:
                     ps.tasks.sort(key=lambda t: (t.creation, t.uid))  # plugins order them when it matters
@@ -718,7 +724,7 @@ class SnapshotBuilder:
 MIN_MEMBER_TOO_LARGE = "MinMemberTooLarge"
 
 
-def _check_min_members(job: PodGroupInfo, pod_slots: int) -> None:
+def check_min_members(job: PodGroupInfo, pod_slots: int) -> None:
     """Block a job whose gang minimum is more pods than the cluster's nodes hold together (their allocatable
     ``pods``): it could never run, however many pods it gets (KAI would only say NotReady)."""
     need = 0

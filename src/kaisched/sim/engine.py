@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from kaisched.cluster.incremental import IncrementalState
 from kaisched.cluster.schedule import long_lived_frozen, no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
 from kaisched.cluster.store import EmbeddedCluster, annotated_pod_group, bound_pod, evicted_pod
 from kaisched.cluster.workloads import PodLimit
@@ -194,6 +195,7 @@ class Simulator:
         # with it, idle cycles keep running (the window slides, fair shares move) but the run stops once nothing
         # is left to arrive or finish and nothing moved for a whole window
         self.max_idle_cycles = MAX_IDLE_CYCLES
+        self.state = IncrementalState()  # the snapshot model, updated with what changed since the last cycle
         if usage_db is not None:
             window = usage_db.params.window_size.total_seconds()
             self.max_idle_cycles = max(MAX_IDLE_CYCLES, math.ceil(window / max(scenario.period, 1e-9)))
@@ -366,7 +368,7 @@ class Simulator:
         history = self.history
         usage = history.table(now) if history is not None else None
         with no_cyclic_gc():
-            result = run_prepared_cycle(self.cluster.parsed(), self.config, now, usage=usage)
+            result = run_prepared_cycle(self.cluster.parsed(), self.config, now, usage=usage, state=self.state)
         self.cycles += 1
         changed = bool(result.binds or result.evictions)
         if history is not None:  # what each queue holds from now on (after this cycle's binds and evictions)
