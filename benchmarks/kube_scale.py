@@ -499,7 +499,7 @@ def report(fig: Figures) -> bool:
           f"its first create; created in {_fmt(fig.plain_created_s)}; its binds alone "
           f"{_fmt(fig.plain_bind_only_rate, ' pods/s', 0)})")
     target = f">= {RATIO_TARGET}: {verdict(ratio_ok)}" if judge_ratio else f"judged from a burst of {RATIO_MIN_BURST}"
-    print(f"  kaisched / plain client  {_fmt(fig.ratio, '', 2)} (target {target})")
+    print(f"  kaisched / plain client  {_fmt(fig.ratio, '', 3)} (target {target})")
     if fig.steady:
         print(f"  steady arrival of {fig.steady} pods at {fig.steady_rate:g}/s (sent in {_fmt(fig.steady_sent_s)}): "
               f"{fig.steady_bound}/{fig.steady} bound; create-to-bind p50 {_fmt(fig.steady_p50_s)}, "

@@ -322,3 +322,19 @@ def test_an_object_over_its_event_rate_gets_no_more_events_until_its_bucket_refi
 def test_event_memory_refuses_bad_settings_naming_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         EventMemory(**kwargs)
+
+
+def test_events_queue_is_bounded_like_client_gos_recorder(server: FakeApiServer, make_writer: Any) -> None:
+    uids = seed_pods(server, 1)
+    writer: ClusterWriter = make_writer(workers=4, event_workers=1, max_queued_events=2)
+    gate = server.pause("POST", r"/events$")
+    ref = ObjectRef.pod(f"{NS}/p0", uids["p0"])
+    writer.submit([new_event(ref, "Normal", "Note", "first", NOW, 0)])
+    assert gate.wait_for(1, 5)  # the one event lane is on the wire
+    assert writer.submit([new_event(ref, "Normal", "Note", f"m{i}", NOW, i + 1) for i in range(4)]) == 2
+    assert writer.stats()["eventsDropped"] == 2 and writer.stats()["eventsQueued"] == 2
+    writer.submit([bind("p0", uids["p0"])])  # other writes are not held back by the event lane
+    assert wait_until(lambda: server.count("POST", r"/binding$") == 1)
+    gate.release()
+    assert writer.drain(10)
+    assert server.count("POST", r"/events$") == 3 and writer.stats()["eventsQueued"] == 0

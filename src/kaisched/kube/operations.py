@@ -307,9 +307,11 @@ def pod_gone(err: ApiError) -> bool:
 
 # ----------------------------------------------------------------------------------------- operations
 #: the writer sends urgent operations (what a pod waits for: its PodGroup, its bind, an eviction) before
-#: background ones (events, status, conditions), which get a share of its concurrency while urgent ones wait
+#: background ones (status, conditions), which get a share of its concurrency while urgent ones wait, and events
+#: last, a few at a time from a bounded queue (client-go's recorder: one writer per sink, 1,000 queued at most)
 URGENT = 0
 BACKGROUND = 1
+EVENTS = 2
 
 
 class Operation:
@@ -760,6 +762,7 @@ class Event(Operation):
     count and lastTimestamp patched (created again if the server expired it)."""
 
     name: ClassVar[str] = "record event"
+    priority: ClassVar[int] = EVENTS
     involved: ObjectRef
     type: str  # Normal | Warning
     reason: str

@@ -13,8 +13,11 @@ returns.
 * **Priorities**: a lane whose queue holds an urgent operation (a PodGroup creation, a pod-grouper patch, a bind,
   an eviction, a claim release: ``Operation.priority``) is started before any background one (events, statuses,
   conditions, nominations); while urgent lanes wait for a thread or for a creation, background lanes run one at a
-  time, and while urgent lanes run, on at most a quarter of the limit: a burst of binds is neither queued behind
-  its own ``Scheduled`` events nor slowed down by them at the server, and the events still go out meanwhile.
+  time, and while urgent lanes run, on at most a quarter of the limit.
+* **Events** are written as client-go's recorder writes them: asynchronously, by a few lanes at a time
+  (``event_workers``, 2), after everything else that is ready, from a queue of at most ``max_queued_events``
+  (1,000; a later event is dropped and counted: ``events_filtered_total{reason="queue_full"}``). A burst of binds
+  is neither queued behind its own ``Scheduled`` events nor slowed down by them at the server.
 * **Order across objects** (``Operation.after``): a bind waits until the creation of its pod's PodGroup submitted
   before it (``Operation.creates``) is done, as KAI's pod-grouper creates the PodGroup before the scheduler binds
   the pod; creations and pod patches of a cycle go out at once, in parallel, ahead of the cycle's binds. When
@@ -94,7 +97,7 @@ from kaisched.kube.claims import ClaimStatusWriter
 from kaisched.kube.concurrency import AdaptiveLimit, Ticket, is_pushback
 from kaisched.kube.leader import FENCING_POLICY
 from kaisched.kube.logs import get_logger
-from kaisched.kube.operations import BACKGROUND, URGENT, Bind, Evict, Lookup, Operation, Request
+from kaisched.kube.operations import BACKGROUND, EVENTS, URGENT, Bind, Evict, Lookup, Operation, Request
 
 if TYPE_CHECKING:
     from kaisched.kube.metrics import SchedulerMetrics
@@ -176,12 +179,12 @@ class _Flight:
 class _Lane:
     queue: deque[Operation] = field(default_factory=deque)
     running: bool = False
-    ready: bool = False  # in a ready queue, waiting for a thread
+    ready: int = -1  # the priority class whose ready queue holds it (-1: none)
     parked: str = ""  # waiting for the creation on this lane to finish (Operation.after)
     priority: int = BACKGROUND  # while running: the class it was started in
 
-    def urgent(self) -> bool:
-        return any(op.priority == URGENT for op in self.queue)
+    def most_urgent(self) -> int:
+        return min(op.priority for op in self.queue)
 
 
 def _utcnow() -> datetime:
@@ -202,6 +205,8 @@ class ClusterWriter:
         max_workers: int | None = None,
         latency_target: float = 1.0,
         limiter: AdaptiveLimit | None = None,
+        event_workers: int = 2,
+        max_queued_events: int = 1000,
         max_attempts: int = 5,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
@@ -222,6 +227,13 @@ class ClusterWriter:
             raise ValueError(f"max_workers: must be at least workers ({workers}), got {ceiling}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
+        if event_workers < 1 or max_queued_events < 1:
+            raise ValueError(f"event_workers, max_queued_events: must be at least 1, got {event_workers}, "
+                             f"{max_queued_events}")
+        self.event_workers = event_workers
+        self.max_queued_events = max_queued_events
+        self._events_queued = 0
+        self.events_dropped = 0  # events not queued: max_queued_events were waiting
         self._fence = fence
         self._on_denied = on_denied  # called once, when the fencing policy refused a write (is_fencing_denial)
         self._denied = False
@@ -254,8 +266,8 @@ class ClusterWriter:
         self._threads: list[threading.Thread] = []
         self._idle_threads = 0
         self._work = threading.Condition(self._lock)
-        self._ready: tuple[deque[str], deque[str]] = (deque(), deque())  # lane keys by priority
-        self._running = [0, 0]  # lanes running, by the priority they were started in
+        self._ready: tuple[deque[str], ...] = (deque(), deque(), deque())  # lane keys by priority class
+        self._running = [0, 0, 0]  # lanes running, by the priority class they were started in
         self._creating: dict[str, int] = {}  # lane -> creations queued or running (Operation.creates)
         self._create_failed: dict[str, tuple[ApiError, float]] = {}  # lane -> why its creation failed, when
         self._parked: dict[str, list[str]] = {}  # lane being created -> lanes waiting for it
@@ -318,6 +330,13 @@ class ClusterWriter:
             self._evictions[op.pod.key] = _Flight(Placement(op.pod.key, ""), now, uid=op.pod.uid)
         if op.creates and self._creating.get(op.lane):
             return False  # that object's creation is already queued or on the wire (the cache does not show it yet)
+        if op.priority == EVENTS:
+            if self._events_queued >= self.max_queued_events:  # client-go drops events when its queue is full
+                self.events_dropped += 1
+                if self._metrics is not None:
+                    self._metrics.event_filtered("queue_full")
+                return False
+            self._events_queued += 1
         lane = self._lanes.get(op.lane)
         if lane is None:
             lane = self._lanes[op.lane] = _Lane()
@@ -352,10 +371,10 @@ class ClusterWriter:
         if lane.running or lane.parked or not lane.queue:
             return
         if priority is None:
-            priority = URGENT if lane.urgent() else BACKGROUND
-        if lane.ready and priority != URGENT:
-            return
-        lane.ready = True
+            priority = lane.most_urgent()
+        if lane.ready >= 0 and lane.ready <= priority:
+            return  # already waiting in this class's queue or a more urgent one
+        lane.ready = priority
         if first:
             self._ready[priority].appendleft(key)
         else:
@@ -370,22 +389,19 @@ class ClusterWriter:
     def _next_lane(self) -> tuple[str, int] | None:  # with the lock held
         """The next lane to start (urgent first; background within its share), or None when none may start now."""
         limit = self.limiter.limit
-        if self._running[URGENT] + self._running[BACKGROUND] >= limit and not self._stop.is_set():
+        stopping = self._stop.is_set()
+        if sum(self._running) >= limit and not stopping:
             return None
-        urgent_ready, background_ready = self._ready
-        while urgent_ready:
-            key = urgent_ready.popleft()
-            lane = self._lanes.get(key)
-            if lane is not None and lane.ready and not lane.running:
-                return key, URGENT
         # background lanes: one at a time while urgent ones wait (queued, or parked on a creation), a quarter of the
-        # limit while urgent ones run, all of it otherwise
+        # limit while urgent ones run, all of it otherwise; events: event_workers at a time, whatever else runs
         share = 1 if self._parked else max(1, limit // 4) if self._running[URGENT] else limit
-        while background_ready and (self._running[BACKGROUND] < share or self._stop.is_set()):
-            key = background_ready.popleft()
-            lane = self._lanes.get(key)
-            if lane is not None and lane.ready and not lane.running:
-                return key, BACKGROUND
+        caps = (limit, share, self.event_workers)
+        for priority, ready in enumerate(self._ready):
+            while ready and (self._running[priority] < caps[priority] or stopping):
+                key = ready.popleft()
+                lane = self._lanes.get(key)
+                if lane is not None and lane.ready == priority and not lane.running:
+                    return key, priority
         return None
 
     def _worker(self) -> None:
@@ -401,7 +417,7 @@ class ClusterWriter:
                     picked = self._next_lane()
                 key, priority = picked
                 lane = self._lanes[key]
-                lane.ready = False
+                lane.ready = -1
                 lane.running = True
                 lane.priority = priority
                 self._running[priority] += 1
@@ -555,6 +571,8 @@ class ClusterWriter:
                 if blocker is not None:
                     blocked_by = blocker[1]
                 op = lane.queue.popleft()
+                if op.priority == EVENTS:
+                    self._events_queued -= 1
             try:
                 if blocked_by is not None:
                     self._failed(op, ApiError(blocked_by.status, blocked_by.reason,
@@ -591,7 +609,10 @@ class ClusterWriter:
             del self._lanes[key]
         self._idle.notify_all()
 
-    def _forget_flight(self, op: Operation) -> None:  # with the lock held: the operation will not happen
+    def _forget_flight(self, op: Operation, *, queued: bool = True) -> None:
+        """The operation will not happen (``queued``: it was still counted as queued). With the lock held."""
+        if queued and op.priority == EVENTS:
+            self._events_queued -= 1
         if isinstance(op, Bind):
             self._binds.pop(op.pod.key, None)
             self.claims.dropped(op.claims)
@@ -614,8 +635,8 @@ class ClusterWriter:
         if not running:
             self._pending -= 1
         self._idle.notify_all()
-        for each in dropped:
-            self._forget_flight(each)
+        for i, each in enumerate(dropped):
+            self._forget_flight(each, queued=i > 0 or not running)
         self._count_fenced(dropped)
         log.warning("lease not held: writes of a plan made under it dropped", count=len(dropped),
                     first=op.describe(), binds=sum(isinstance(o, Bind) for o in dropped),
@@ -781,4 +802,5 @@ class ClusterWriter:
                     "inFlightEvictions": len(self._evictions), "completed": self.completed, "failures": self.failures,
                     "fencedDrops": self.fenced_drops, "fenced": self._fenced, "deniedByPolicy": self._denied,
                     "parked": sum(len(v) for v in self._parked.values()), "threads": len(self._threads),
+                    "eventsQueued": self._events_queued, "eventsDropped": self.events_dropped,
                     "concurrency": self.limiter.stats()}
