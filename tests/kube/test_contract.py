@@ -29,6 +29,7 @@ import httpx2
 import pytest
 
 import kaisched
+from kaisched.model.victim_memory import VICTIMS_ANNOTATION, parse_victims
 from tests.kube.apiserver import KubeApiServer, free_port
 from tests.kube.contract_helpers import (
     GPU,
@@ -237,6 +238,39 @@ def test_a_queue_within_its_quota_reclaims_from_one_over_quota(cluster: Cluster,
     assert gpus_per_node(pods) == {cluster.nodes[0]: 8}
     assert sum(r.get("evictions", 0) for r in sched.cycles()) == 2, "each victim is evicted once"
     assert not [r for r in sched.records() if r.get("event") == "write failed"], cluster.describe()
+
+
+def test_the_pods_evicted_for_a_job_are_remembered_on_its_podgroup(cluster: Cluster, kubelet: FakeKubelet) -> None:
+    """docs/evictions.md, "A pod is evicted once for a preemptor": while the reclaimer still waits (a-1 asks for more
+    than its queue may have), its PodGroup carries the pods evicted for it, and they are evicted once."""
+    cluster.add_nodes(1)
+    q = cluster.queues(8, {"a": 4, "b": 4})
+    b_pods = []
+    for i in range(8):
+        cluster.kube.create(pod_groups_path(cluster.ns), pod_group(cluster.ns, f"b-{i}", q["b"], 1))
+        cluster.pod(f"b-{i}", q["b"], 1, group=f"b-{i}")
+        b_pods.append(f"b-{i}")
+    sched = cluster.kaisched()
+    cluster.wait_bound(b_pods)
+    for name in b_pods:
+        kubelet.wait_running(cluster.ns, name)
+    cluster.kube.create(pod_groups_path(cluster.ns), pod_group(cluster.ns, "a", q["a"], 1))
+    cluster.pod("a-0", q["a"], 2, group="a")
+    cluster.pod("a-1", q["a"], 8, group="a")  # never within a's share: a keeps waiting
+    cluster.wait_bound(["a-0"])
+    evicted = sorted(set(b_pods) - set(cluster.pods()))
+    assert len(evicted) == 2, (evicted, cluster.describe())
+
+    def remembered() -> list[str]:
+        group = cluster.kube.pod_group(cluster.ns, "a") or {}
+        raw = (group.get("metadata", {}).get("annotations") or {}).get(VICTIMS_ANNOTATION)
+        return sorted(key.split("/")[1] for key in parse_victims(raw)) if raw else []
+
+    wait_until(lambda: remembered() == evicted, WAIT_S, f"{VICTIMS_ANNOTATION} on PodGroup a names {evicted}",
+               describe=cluster.describe)
+    sched.wait_cycle(max(int(r.get("cycle", 0)) for r in sched.cycles()) + 3)
+    assert remembered() == evicted
+    assert sum(r.get("evictions", 0) for r in sched.cycles()) == 2
 
 
 def test_a_bare_pod_gets_its_podgroup_from_the_pod_grouper_and_is_bound(cluster: Cluster) -> None:
