@@ -48,7 +48,8 @@ import random
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -69,6 +70,7 @@ from benchmarks.clusters import (
     pod_group,
     queue,
 )
+from kaisched.actions.batched import BATCHING
 from kaisched.cluster import schedule as one_cycle
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
@@ -90,6 +92,8 @@ CONFIGS: Final[Mapping[str, Mapping[str, Any] | None]] = {
 ACTIONS: Final[Mapping[str, str]] = {"scale": "allocate", "scale-full": "default", "scale-steady": "default"}
 #: Issue 9's targets: pods placed per second (``scale``), seconds per cycle (the others).
 MIN_PLACED_PER_S: Final = 10_000.0
+#: Issue 28's target for batched placement: pods placed per second of the allocate action (``scale``).
+MIN_ALLOCATE_PLACED_PER_S: Final = 50_000.0
 TARGET_S: Final[Mapping[str, float]] = {"scale-full": 5.0, "scale-steady": 0.5}
 #: Seed of every draw (queues, jobs, placement of the running pods); fractions use the allocate suite's.
 SEED: Final = 20261209
@@ -722,6 +726,11 @@ class ScaleMeasurement:
     cycle_walls_s: list[float] = field(default_factory=list)
     cycle_parts_ms: dict[str, float] = field(default_factory=dict)
     compiled: bool = False  # the core ran compiled with mypyc (build/compiled)
+    # scale: the same cycle on prepared objects with batched placement off (every task placed from a fresh evaluation
+    # of every node, kaisched.actions.batched.BATCHING), once per repetition right after the batched one; the
+    # allocate action's ms of each
+    single_allocate_ms: list[float] = field(default_factory=list)
+    allocate_ms: list[float] = field(default_factory=list)
 
     @property
     def median_s(self) -> float | None:
@@ -741,6 +750,17 @@ class ScaleMeasurement:
         """Pods bound per second of (median) cycle time: issue 9's figure."""
         m = self.cycle_s
         return None if m is None else (self.binds / m if m > 0 else float("inf"))
+
+    @property
+    def allocate_placed_per_s(self) -> float | None:
+        """Pods bound per second of the allocate action (median over the cycles on prepared objects): issue 28's
+        figure for batched placement."""
+        return _per_s(self.binds, self.allocate_ms)
+
+    @property
+    def single_allocate_placed_per_s(self) -> float | None:
+        """The same with batched placement off (one task at a time, every node evaluated for each)."""
+        return _per_s(self.binds, self.single_allocate_ms)
 
     @property
     def one_shot_placed_per_s(self) -> float | None:
@@ -791,6 +811,13 @@ class ScaleMeasurement:
         return m
 
 
+def _per_s(count: int, walls_ms: list[float]) -> float | None:
+    if not walls_ms:
+        return None
+    m = statistics.median(walls_ms)
+    return count / (m / 1000.0) if m > 0 else float("inf")
+
+
 def _size(smoke: bool) -> ScaleSize:
     return SMOKE_SIZE if smoke else FULL_SIZE
 
@@ -819,6 +846,17 @@ def _outcome_key(result: kaisched.CycleResult) -> tuple[object, ...]:
     return (tuple((b.pod, b.node, b.gpu_groups) for b in result.binds),
             tuple((p.pod, p.node, p.gpu_groups) for p in result.pipelined),
             tuple((e.pod, e.preemptor) for e in result.evictions))
+
+
+@contextmanager
+def one_at_a_time() -> Iterator[None]:
+    """Batched placement off for a while: every task placed from a fresh evaluation of every node."""
+    before = BATCHING.enabled
+    BATCHING.enabled = False
+    try:
+        yield
+    finally:
+        BATCHING.enabled = before
 
 
 def _traced_mib(run: Callable[[], object]) -> float:
@@ -912,6 +950,17 @@ def measure(shape: str, *, smoke: bool = False, repeat: int = 5, budget_s: float
             message = "the cycle on prepared objects decided otherwise than kaisched.schedule()"
             if _outcome_key(result) != first_key and message not in m.failures:
                 m.failures.append(message)
+            if shape == "scale":
+                m.allocate_ms.append(timings.actions_ms.get("allocate", 0.0))
+                result = None
+                with one_at_a_time():
+                    result, single = timed_prepared()
+                m.single_allocate_ms.append(single.actions_ms.get("allocate", 0.0))
+                line += (f"; allocate {m.allocate_ms[-1]:,.0f} ms batched, {m.single_allocate_ms[-1]:,.0f} ms one at a "
+                         "time")
+                message = "one-at-a-time placement decided otherwise than batched placement"
+                if _outcome_key(result) != first_key and message not in m.failures:
+                    m.failures.append(message)
         say(line)
         if sum(m.walls_s) + sum(m.cycle_walls_s) >= budget_s:
             break
@@ -1017,6 +1066,13 @@ def format_report(results: list[ScaleMeasurement], repeat: int, markdown: bool =
                          "evictions (terminating pods) and PodGroup timestamps applied before the next, the timed "
                          "cycle on the last one's objects"
                          + ("" if m.settled else " (the memo cannot answer: see kaisched.cluster.memo)"))
+        batched, single = m.allocate_placed_per_s, m.single_allocate_placed_per_s
+        if batched is not None and single is not None:
+            same = not any("one-at-a-time" in f for f in m.failures)
+            lines.append(f"  {m.shape}: placed per second of allocate (binds / the allocate action's median ms on "
+                         f"prepared objects): {batched:,.0f} batched ({statistics.median(m.allocate_ms):,.0f} ms), "
+                         f"{single:,.0f} one at a time ({statistics.median(m.single_allocate_ms):,.0f} ms), "
+                         + ("the same decisions" if same else "NOT the same decisions"))
         if m.cycle_parts_ms:
             lines.append(f"  {m.shape}: the median cycle on prepared objects, ms: "
                          + ", ".join(f"{k} {v:,.0f}" for k, v in m.cycle_parts_ms.items())
@@ -1032,4 +1088,10 @@ def format_report(results: list[ScaleMeasurement], repeat: int, markdown: bool =
         core = "compiled" if any(m.compiled for m in full) else "interpreted"
         lines.append(f"issue 9's targets (scale >= 10,000 placed/s, scale-full < 5 s, scale-steady < 0.5 s), {core} "
                      "core: " + ("met" if not missed else f"NOT met ({', '.join(missed)})"))
+        for m in full:
+            rate = m.allocate_placed_per_s
+            if rate is not None:
+                lines.append(f"issue 28's batched placement target (scale >= {MIN_ALLOCATE_PLACED_PER_S:,.0f} "
+                             f"placed per second of allocate), {core} core: "
+                             + ("met" if rate >= MIN_ALLOCATE_PLACED_PER_S else f"NOT met ({rate:,.0f})"))
     return "\n".join(lines)

@@ -188,3 +188,24 @@ def test_a_ranking_follows_the_nodes_other_shapes_changed() -> None:
     with one_at_a_time():
         single = _schedule(objs, {"actions": "allocate"})
     assert {b.pod.split("/")[1]: b.node for b in single.binds} == placed
+
+
+def test_fractions_rank_by_the_shared_devices_with_room_first() -> None:
+    """gpusharingorder's +1000 on nodes with a shared device that has room outranks binpack: the ranking of the
+    0.5-GPU pods keeps that tier up to date. Two of them fill a device on n1 (fewer idle GPUs), a 0.5-GPU pod bound to
+    zone a opens one on n0; the third pod alike must go to n0, where a device has room, though n1 has fewer idle
+    GPUs."""
+    objs: list[Obj] = [queue("q"), node("n0", gpus=8, labels={"zone": "a"}), node("n1", gpus=8, labels={"zone": "b"}),
+                       pod_group("run"), pod("run", group="run", gpus=4, node="n1")]
+    for k, (name, selector) in enumerate([("f1", None), ("f2", None), ("s", {"zone": "a"}), ("f3", None)]):
+        objs += [pod_group(name, created=f"2025-01-01T10:00:0{k}Z"),
+                 _with_fraction(pod(name, group=name, cpu=1, node_selector=selector), "0.5")]
+    ssn = open_session(*objs, config={"actions": "allocate"})
+    AllocateAction().execute(ssn)
+    index = ssn.placement_index
+    assert isinstance(index, RankedPlacements) and index.answered == 4
+    placed = {t.name: ssn.nodes.names[t.node] for t in ssn.binds}
+    assert placed == {"f1": "n1", "f2": "n1", "s": "n0", "f3": "n0"}
+    with one_at_a_time():
+        single = _schedule(objs, {"actions": "allocate"})
+    assert {b.pod.split("/")[1]: b.node for b in single.binds} == placed

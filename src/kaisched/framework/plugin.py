@@ -56,6 +56,10 @@ NodeRanker = Callable[[TaskInfo, BoolArray], "int | None"]
 # the resource row whose available amount (idle + releasing) a ranker orders a task's nodes by, smallest first and
 # then the smaller index, when its ranking is exactly that order (None: it is not, for this task)
 NodeRankRow = Callable[[TaskInfo], "int | None"]
+# a scorer that gives a task a fixed bonus, larger than the ranking scorer's whole range, on the nodes where a condition
+# of the node holds: the condition on the nodes ``at`` (aligned with them), or None when the scorer does not score so
+# for this task; for such a task the nodes rank by (condition first, then the ranker's order)
+NodeTier = Callable[[TaskInfo, IntArray], "BoolArray | None"]
 JobCapacityCheck = Callable[[PodGroupInfo, list[TaskInfo]], "FitError | None"]
 TaskHandler = Callable[[TaskInfo], None]
 

@@ -18,6 +18,7 @@ from kaisched.framework.plugin import (
     NodeRanker,
     NodeRankRow,
     NodeScorer,
+    NodeTier,
     Plugin,
     Predicate,
     PrePredicate,
@@ -108,6 +109,8 @@ class Session:
         self.node_ranker: tuple[int, NodeRanker] | None = None
         # the resource row the ranker orders a task's nodes by (fewest available first), when it does (add_node_scorer)
         self.node_rank_row: NodeRankRow | None = None
+        # aligned with node_scorers: the scorers that rank a task's nodes in two tiers (add_node_scorer)
+        self.node_scorers_tier: list[NodeTier | None] = []
         # shared-GPU device order within a node (gpupack / gpuspread), summed
         self.gpu_order_fns: list[GpuOrderFn] = []
         # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
@@ -237,6 +240,7 @@ class Session:
                       self.preempt_scenario_validators, self.job_solution_start_handlers):
             hooks.clear()
         self.node_scorers_neutral.clear()
+        self.node_scorers_tier.clear()
         self.node_ranker = None
         self.node_rank_row = None
         self.placement_index = None
@@ -250,19 +254,22 @@ class Session:
 
     # ---- node scoring -------------------------------------------------------------------------------
     def add_node_scorer(self, scorer: NodeScorer, *, neutral: NeutralScorer | None = None,
-                        ranker: NodeRanker | None = None, rank_row: NodeRankRow | None = None) -> None:
+                        ranker: NodeRanker | None = None, rank_row: NodeRankRow | None = None,
+                        tier: NodeTier | None = None) -> None:
         """Register a node scorer (scores of all scorers are summed; the first maximum wins). ``neutral``: tells
         when the scorer gives every candidate of a task the same score (or None), so that it cannot change which
         node wins; ``ranker``: finds the node this scorer ranks first directly — placement asks it instead of
         scoring every candidate when every other scorer is neutral for the task (the same node, fewer arrays);
         ``rank_row``: the resource row whose available amount (idle + releasing) the ranker's order is, smallest
         first (then the smaller node index), when it is for a task: batched placement keeps that order per task
-        shape (actions.batched)."""
+        shape (actions.batched); ``tier``: for a task this scorer gives a bonus larger than the ranker's range on the
+        nodes where a condition holds, that condition (the nodes then rank by it first, then by the ranker)."""
         if ranker is not None:
             self.node_ranker = (len(self.node_scorers), ranker)
             self.node_rank_row = rank_row
         self.node_scorers.append(scorer)
         self.node_scorers_neutral.append(neutral)
+        self.node_scorers_tier.append(tier)
 
     def ranked_node(self, task: TaskInfo, fit: BoolArray) -> int | None:
         """The node the scorers would choose for ``task`` among the nodes ``fit``, when one scorer can rank them

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaisched.framework.plugin import NodeCandidates, Plugin
+from kaisched.framework.plugin import BoolArray, IntArray, NodeCandidates, Plugin
 from kaisched.framework.session import Session
 from kaisched.model.gpu_sharing import pack_score, spread_score
 from kaisched.model.resources import EPSILON, Vector
@@ -38,18 +38,25 @@ class GpuSharingOrderPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         self.shared = ssn.nodes.shared
-        ssn.add_node_scorer(self.score, neutral=self.neutral)
+        ssn.add_node_scorer(self.score, neutral=self.neutral, tier=self.tier)
 
     @staticmethod
     def neutral(task: TaskInfo) -> bool:
         return not task.gpu.shared
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
-        idx = cands.indices
+        fits = self.tier(task, cands.indices)
+        if fits is None:
+            return None
+        out: Vector = fits.astype(np.float64) * GPU_SHARING_SCORE
+        return out
+
+    def tier(self, task: TaskInfo, idx: IntArray) -> BoolArray | None:
+        """The nodes of ``idx`` where an existing shared device has room for the task (the +1000 ones; the bonus is
+        larger than nodeplacement's whole range, 0-9), or None for a task that does not share a device."""
         if not task.gpu.shared:
             return None
         need = self.shared.need(task)
         need_at = need[idx] if isinstance(need, np.ndarray) else need
-        fits = self.shared.free_pipe[idx] + EPSILON >= need_at
-        out: Vector = fits.astype(np.float64) * GPU_SHARING_SCORE
-        return out
+        fits: BoolArray = self.shared.free_pipe[idx] + EPSILON >= need_at
+        return fits
