@@ -119,8 +119,7 @@ class PodGrouperController:
         patches: list[Operation] = []
         self.events.begin()
         warnings: list[Operation] = []
-        for pod in sorted(pods, key=_key):
-            key = _key(pod)
+        for key, pod in sorted(((_key(p), p) for p in pods), key=lambda kp: kp[0]):
             meta = _mapping(pod.get("metadata"))
             spec = _mapping(pod.get("spec"))
             if (spec.get("schedulerName") or C.DEFAULT_SCHEDULER_NAME) != self.scheduler_name:
