@@ -48,8 +48,7 @@ import random
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -70,7 +69,7 @@ from benchmarks.clusters import (
     pod_group,
     queue,
 )
-from kaisched.actions.batched import BATCHING
+from kaisched.actions.batched import one_at_a_time
 from kaisched.cluster import schedule as one_cycle
 from kaisched.cluster.memo import CycleMemo
 from kaisched.cluster.schedule import no_cyclic_gc, prepare, resolve_config, run_prepared_cycle
@@ -846,17 +845,6 @@ def _outcome_key(result: kaisched.CycleResult) -> tuple[object, ...]:
     return (tuple((b.pod, b.node, b.gpu_groups) for b in result.binds),
             tuple((p.pod, p.node, p.gpu_groups) for p in result.pipelined),
             tuple((e.pod, e.preemptor) for e in result.evictions))
-
-
-@contextmanager
-def one_at_a_time() -> Iterator[None]:
-    """Batched placement off for a while: every task placed from a fresh evaluation of every node."""
-    before = BATCHING.enabled
-    BATCHING.enabled = False
-    try:
-        yield
-    finally:
-        BATCHING.enabled = before
 
 
 def _traced_mib(run: Callable[[], object]) -> float:

@@ -7,8 +7,6 @@ off (``BATCHING.enabled``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,7 +15,7 @@ from hypothesis import strategies as st
 
 import kaisched
 from kaisched.actions.allocate import AllocateAction
-from kaisched.actions.batched import BATCHING, RankedPlacements
+from kaisched.actions.batched import RankedPlacements, one_at_a_time
 from kaisched.framework.result import CycleResult
 from kaisched.k8s import constants as C
 from tests.property.test_eviction_invariants import ACTION_CONFIGS, Cluster, eviction_clusters
@@ -26,18 +24,6 @@ from tests.property.test_fast_paths import busy_cluster_decides_alike
 from tests.unit.builders import NOW, Obj, node, open_session, pod, pod_group, queue, tiers
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@contextmanager
-def one_at_a_time() -> Iterator[None]:
-    """Every task placed from a fresh evaluation of every node (set, not patched: the compiled core reads the
-    module-level instance at run time)."""
-    before = BATCHING.enabled
-    BATCHING.enabled = False
-    try:
-        yield
-    finally:
-        BATCHING.enabled = before
 
 
 # (GPUs, cores, gpu-fraction or None): few shapes, so that many pods are alike
@@ -78,7 +64,8 @@ def alike_clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, Any]]:
             gpus, cpu, fraction = draw(st.sampled_from(SHAPES))
             objs += [pod_group(run, queue=draw(st.sampled_from(queues))),
                      _with_fraction(pod(run, group=run, gpus=gpus, cpu=cpu, node=name, phase="Running",
-                                        tolerations=[TOLERATION], deleting=terminating and draw(st.booleans())), fraction)]
+                                        tolerations=[TOLERATION], deleting=terminating and draw(st.booleans())),
+                                    fraction)]
     for g in range(draw(st.integers(1, 10))):
         name = f"g{g}"
         size = draw(st.sampled_from([1, 1, 1, 2, 3, 6]))
@@ -88,14 +75,14 @@ def alike_clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, Any]]:
                               min_member=size if draw(st.booleans()) else 1,
                               priority_class=draw(st.sampled_from(["train", "build"]))))
         for k in range(size):
-            p = _with_fraction(pod(
+            pending = _with_fraction(pod(
                 f"{name}-{k}", group=name, gpus=gpus, cpu=cpu,
                 node_selector={"zone": "a"} if extra == 1 else None, tolerations=[TOLERATION] if extra == 2 else (),
                 host_port=8080 if extra == 3 else None, affinity=ANTI if extra == 4 else None,
                 labels={"app": "spread"} if extra in (4, 5) else None), fraction)
             if extra == 6 and k == 0:
-                p["status"]["nominatedNodeName"] = draw(st.sampled_from(names))
-            objs.append(p)
+                pending["status"]["nominatedNodeName"] = draw(st.sampled_from(names))
+            objs.append(pending)
     config: dict[str, Any] = {"actions": draw(st.sampled_from(["allocate", "allocate", None]))}
     if draw(st.integers(0, 2)) == 0:
         config["tiers"] = tiers(nodeplacement={"gpu": draw(st.sampled_from(["binpack", "spread"])),
@@ -170,6 +157,20 @@ def test_a_dynamic_predicate_sends_the_task_to_a_full_evaluation() -> None:
     assert sorted(ssn.nodes.names[t.node] for t in ssn.binds) == ["n0", "n1"]
 
 
+def allocated_alike(objs: list[Obj], *, answered: int) -> dict[str, str]:
+    """Pod name -> node of one allocate action on ``objs``, which answered that many tasks from kept rankings and
+    decided as one-at-a-time placement does."""
+    ssn = open_session(*objs, config={"actions": "allocate"})
+    AllocateAction().execute(ssn)
+    index = ssn.placement_index
+    assert isinstance(index, RankedPlacements) and index.answered == answered
+    placed = {t.name: ssn.nodes.names[t.node] for t in ssn.binds}
+    with one_at_a_time():
+        single = _schedule(objs, {"actions": "allocate"})
+    assert {b.pod.split("/")[1]: b.node for b in single.binds} == placed
+    return placed
+
+
 def test_a_ranking_follows_the_nodes_other_shapes_changed() -> None:
     """A 1-GPU pod goes to n0 (equal nodes: the smaller name); two 2-GPU pods that only fit in zone b then fill n1
     with 4 GPUs; the next 1-GPU pod, answered from its ranking kept since the first, must see n1 changed and take it
@@ -179,15 +180,8 @@ def test_a_ranking_follows_the_nodes_other_shapes_changed() -> None:
     objs += [pod_group("b", min_member=2, created="2025-01-01T10:00:01Z")]
     objs += [pod(f"b{k}", group="b", gpus=2, node_selector={"zone": "b"}) for k in range(2)]
     objs += [pod_group("a1", created="2025-01-01T10:00:02Z"), pod("a1", group="a1", gpus=1)]
-    ssn = open_session(*objs, config={"actions": "allocate"})
-    AllocateAction().execute(ssn)
-    index = ssn.placement_index
-    assert isinstance(index, RankedPlacements) and index.answered == 4
-    placed = {t.name: ssn.nodes.names[t.node] for t in ssn.binds}
+    placed = allocated_alike(objs, answered=4)
     assert placed == {"a0": "n0", "b0": "n1", "b1": "n1", "a1": "n1"}
-    with one_at_a_time():
-        single = _schedule(objs, {"actions": "allocate"})
-    assert {b.pod.split("/")[1]: b.node for b in single.binds} == placed
 
 
 def test_fractions_rank_by_the_shared_devices_with_room_first() -> None:
@@ -200,12 +194,5 @@ def test_fractions_rank_by_the_shared_devices_with_room_first() -> None:
     for k, (name, selector) in enumerate([("f1", None), ("f2", None), ("s", {"zone": "a"}), ("f3", None)]):
         objs += [pod_group(name, created=f"2025-01-01T10:00:0{k}Z"),
                  _with_fraction(pod(name, group=name, cpu=1, node_selector=selector), "0.5")]
-    ssn = open_session(*objs, config={"actions": "allocate"})
-    AllocateAction().execute(ssn)
-    index = ssn.placement_index
-    assert isinstance(index, RankedPlacements) and index.answered == 4
-    placed = {t.name: ssn.nodes.names[t.node] for t in ssn.binds}
+    placed = allocated_alike(objs, answered=4)
     assert placed == {"f1": "n1", "f2": "n1", "s": "n0", "f3": "n0"}
-    with one_at_a_time():
-        single = _schedule(objs, {"actions": "allocate"})
-    assert {b.pod.split("/")[1]: b.node for b in single.binds} == placed

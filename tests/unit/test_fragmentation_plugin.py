@@ -96,6 +96,7 @@ def test_without_gpu_pods_every_node_is_alike_and_binpack_decides() -> None:
     ({"halfLife": "-1h"}, "argument halfLife: expected a duration > 0"),
     ({"resolution": "fine"}, "argument resolution: expected a number"),
     ({"tieBreak": "random"}, "argument tieBreak: expected bestfit or none, got 'random'"),
+    ({"devices": "first"}, "argument devices: expected fragmentation or gpupack, got 'first'"),
 ])
 def test_bad_arguments_are_configuration_errors_naming_the_argument(arguments: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -111,3 +112,38 @@ def test_the_shipped_config_loads_and_turns_the_plugin_on() -> None:
     again = kaisched.schedule(objs, config=raw, now=NOW)
     assert [(b.pod, b.node) for b in first.binds] == [(b.pod, b.node) for b in again.binds]  # deterministic
     assert len(first.binds) == 1
+
+
+def _share(name: str, portion: str, node_name: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+    """A single-pod job asking ``portion`` of a GPU; placed on ``node_name``'s device ``group`` when given."""
+    p = pod(f"{name}-0", group=name, gpus=0, node=node_name)
+    p["metadata"].setdefault("annotations", {})["gpu-fraction"] = portion
+    if group is not None:
+        p["metadata"].setdefault("labels", {})["runai-gpu-group"] = group
+    return [pod_group(name, queue="q"), p]
+
+
+def _devices(objs: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {b.pod: (b.node, b.gpu_groups) for b in kaisched.schedule(objs, config=config, now=NOW).binds}
+
+
+def test_a_share_goes_to_the_device_that_fragments_least_not_the_fullest() -> None:
+    # node a: device ga holds two 0.3 pods (0.4 free), gb one (0.7 free); node c: two devices each with two 0.4 pods
+    # (0.2 free). The workload: 0.3 and 0.4 shares, half each. A 0.3 pod fits on a only. gpupack takes the fullest
+    # device, ga, leaving 0.1 + 0.7: 0.1 of a GPU no pod can use; on gb it leaves 0.4 + 0.4, which both shapes use
+    objs = [node("a", gpus=2), node("c", gpus=2), queue("q"),
+            *_share("x1", "0.3", "a", "ga"), *_share("x2", "0.3", "a", "ga"), *_share("y1", "0.3", "a", "gb"),
+            *_share("c1", "0.4", "c", "gc1"), *_share("c2", "0.4", "c", "gc1"),
+            *_share("c3", "0.4", "c", "gc2"), *_share("c4", "0.4", "c", "gc2"), *_share("new", "0.3")]
+    assert _devices(objs, BINPACK) == {"default/new-0": ("a", ("ga",))}
+    assert _devices(objs, _config()) == {"default/new-0": ("a", ("gb",))}
+    assert _devices(objs, yaml.safe_load(CONFIG.read_text())) == {"default/new-0": ("a", ("gb",))}
+    # devices: gpupack keeps gpupack's device (the node's score too)
+    assert _devices(objs, _config(devices="gpupack")) == {"default/new-0": ("a", ("ga",))}
+
+
+def test_a_device_tie_goes_to_the_fullest_device() -> None:
+    # every device choice strands nothing (the workload: 0.1 shares only): gpupack's fullest device, ga, decides
+    objs = [node("a", gpus=2), queue("q"), *_share("x1", "0.1", "a", "ga"), *_share("x2", "0.1", "a", "ga"),
+            *_share("y1", "0.1", "a", "gb"), *_share("new", "0.1")]
+    assert _devices(objs, _config()) == {"default/new-0": ("a", ("ga",))}

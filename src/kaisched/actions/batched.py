@@ -52,6 +52,23 @@ class BatchSwitch:
 
 BATCHING = BatchSwitch()
 
+
+class one_at_a_time:  # (named as it is used: ``with one_at_a_time():``)
+    """Batched placement off inside the block (every task placed from a fresh evaluation of every node), as it was
+    before after it."""
+
+    __slots__ = ("before",)
+
+    def __init__(self) -> None:
+        self.before = BATCHING.enabled
+
+    def __enter__(self) -> None:
+        self.before = BATCHING.enabled
+        BATCHING.enabled = False
+
+    def __exit__(self, *exc: object) -> None:
+        BATCHING.enabled = self.before
+
 #: past this share of the nodes changed since a shape's ranking was brought up to date (at least REBUILD_LEAST
 #: changes), it is computed afresh
 REBUILD_SHARE = 8

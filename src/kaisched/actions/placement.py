@@ -406,7 +406,8 @@ def _take(ssn: Session, task: TaskInfo, stmt: Statement, node: int, fits_idle: b
     here.)"""
     nodes = ssn.nodes
     if task.gpu.shared:
-        choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=True)
+        choice = nodes.choose_gpus(task, node, ssn.gpu_order_fns, pipeline_only=True,
+                                   device_scorer=ssn.gpu_device_scorer)
         if choice is None:  # the fit check said yes: cannot happen unless the model is inconsistent
             raise AssertionError(f"no GPU devices for {task.key} on {nodes.names[node]} after a fit")
         if choice.immediate and fits_idle and not pipeline_only:

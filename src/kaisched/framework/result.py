@@ -206,15 +206,19 @@ class NodeGpuStatus:
     releasing: float  # whole devices being freed (incl. shared devices whose pods all terminate)
     whole_gpu_pods: tuple[str, ...]  # pods holding whole devices
     shared: tuple[SharedGpuStatus, ...]
+    cpu_idle: float  # millicores nobody holds (what a GPU on it could still be driven with; not in to_dict)
+    memory_idle: float  # bytes nobody holds
 
     def __init__(self, name: str, gpus: float, idle: float, releasing: float, whole_gpu_pods: tuple[str, ...],
-                 shared: tuple[SharedGpuStatus, ...]) -> None:
+                 shared: tuple[SharedGpuStatus, ...], cpu_idle: float = 0.0, memory_idle: float = 0.0) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "idle", idle)
         object.__setattr__(self, "releasing", releasing)
         object.__setattr__(self, "whole_gpu_pods", whole_gpu_pods)
         object.__setattr__(self, "shared", shared)
+        object.__setattr__(self, "cpu_idle", cpu_idle)
+        object.__setattr__(self, "memory_idle", memory_idle)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gpus": self.gpus, "idleGpus": self.idle, "releasingGpus": self.releasing,

@@ -49,9 +49,9 @@ from kaisched.framework.scenario import Scenario
 from kaisched.framework.search_stats import SearchStats
 from kaisched.k8s.objects import TopologyConstraint
 from kaisched.model.dra import ClaimInfo
-from kaisched.model.gpu_sharing import GpuOrderFn
+from kaisched.model.gpu_sharing import GpuDeviceScorer, GpuOrderFn
 from kaisched.model.job import FitError, PodGroupInfo, PodSetInfo
-from kaisched.model.resources import GPU, QUEUE_RESOURCE_NAMES
+from kaisched.model.resources import CPU, GPU, MEMORY, QUEUE_RESOURCE_NAMES
 from kaisched.model.snapshot import Snapshot
 from kaisched.model.status import ACTIVE_ALLOCATED, ALIVE, TaskStatus
 from kaisched.model.task import TaskInfo
@@ -113,6 +113,8 @@ class Session:
         self.node_scorers_tier: list[NodeTier | None] = []
         # shared-GPU device order within a node (gpupack / gpuspread), summed
         self.gpu_order_fns: list[GpuOrderFn] = []
+        # a task- and node-aware device score added to the order (gpufragmentation; None in KAI's configurations)
+        self.gpu_device_scorer: GpuDeviceScorer | None = None
         # per-node queue-capacity check of a task (proportion; gpu-memory requests convert per node)
         self.task_node_capacity_check: Predicate | None = None
         # some pod's required anti-affinity may select other pods by their labels and namespace (set by the
@@ -244,6 +246,7 @@ class Session:
         self.node_ranker = None
         self.node_rank_row = None
         self.placement_index = None
+        self.gpu_device_scorer = None
         self.task_node_capacity_check = None
         self.subset_nodes = None
         self.queue_order = None
@@ -508,6 +511,8 @@ class Session:
         gpus = nodes.allocatable[GPU].tolist()
         idle = nodes.idle[GPU].tolist()
         releasing = nodes.releasing[GPU].tolist()
+        cpu = nodes.idle[CPU].tolist()
+        memory = nodes.idle[MEMORY].tolist()
         groups_of = nodes.shared.groups
         for j, name in enumerate(nodes.names):
             groups = groups_of[j]
@@ -516,7 +521,7 @@ class Session:
                 continue
             info = nodes.infos[j]
             if not info.tasks and not groups:
-                out.append(NodeGpuStatus(name, total, idle[j], releasing[j], (), ()))
+                out.append(NodeGpuStatus(name, total, idle[j], releasing[j], (), (), cpu[j], memory[j]))
                 continue
             mem = float(nodes.shared.mem[j])
             shared = []
@@ -524,7 +529,7 @@ class Session:
                 pods = tuple(sorted(info.tasks[uid].key for uid in grp.members if uid in info.tasks))
                 shared.append(SharedGpuStatus(grp.name, mem, grp.used, grp.releasing, pods))
             whole = tuple(sorted(t.key for t in info.tasks.values() if t.req[GPU] > 0))
-            out.append(NodeGpuStatus(name, total, idle[j], releasing[j], whole, tuple(shared)))
+            out.append(NodeGpuStatus(name, total, idle[j], releasing[j], whole, tuple(shared), cpu[j], memory[j]))
         return out
 
     def _pod_group_status(self, job: PodGroupInfo, bound: set[str], pipelined: set[str],

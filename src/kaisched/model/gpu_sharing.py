@@ -143,12 +143,16 @@ class GpuChoice:
 
 
 GpuOrderFn = Callable[[float, bool], float]  # (used fraction of the group, is a whole free GPU) -> score
+#: a task- and node-aware device score (``gpufragmentation``): (task, node, the free share of each candidate
+#: device, 1.0 for a whole free GPU) -> a score per candidate, added to the order functions' scores
+GpuDeviceScorer = Callable[["TaskInfo", int, FloatArray], FloatArray]
 
 
 class SharedGpus:
     """GPU groups of all nodes of a :class:`~kaisched.model.node.NodeTable`."""
 
-    __slots__ = ("_need", "count", "free_idle", "free_pipe", "free_sum", "groups", "mem", "names", "synced")
+    __slots__ = ("_borrowed", "_need", "count", "free_idle", "free_pipe", "free_sum", "groups", "mem", "names",
+                 "synced")
 
     def __init__(self, names: list[str], mem_per_gpu: FloatArray, synced: npt.NDArray[np.bool_]) -> None:
         n = len(mem_per_gpu)
@@ -161,13 +165,15 @@ class SharedGpus:
         self.count: IntArray = np.zeros(n, dtype=np.int64)
         self.free_sum: FloatArray = np.zeros(n, dtype=np.float64)  # free room on shared GPUs, in GPUs
         self._need: dict[float, FloatArray] = {}  # MiB per device of a fraction, per node (by fraction)
+        # nodes whose devices are still those of the SharedGpus this one copies (copy): copied before a change
+        self._borrowed: set[int] = set()
 
     def copy(self) -> SharedGpus:
-        """The same devices with the same members, its own (changing the copy leaves these as they are)."""
+        """The same devices with the same members, its own (changing the copy leaves these as they are: a node's
+        devices are copied when the copy first changes them)."""
         out = SharedGpus(self.names, self.mem, self.synced)
-        out.groups = [{name: GpuGroup(g.name, g.allocated, g.releasing, g.pipelined, g.n_active, g.n_releasing,
-                                      g.n_pipelined, dict(g.members)) for name, g in groups.items()} if groups else {}
-                      for groups in self.groups]
+        out.groups = list(self.groups)
+        out._borrowed = set(range(len(self.groups)))
         out.free_idle = self.free_idle.copy()
         out.free_pipe = self.free_pipe.copy()
         out.count = self.count.copy()
@@ -193,6 +199,11 @@ class SharedGpus:
         Returns the change of (GPUs taken from idle, GPUs added to releasing, pod slots taken)."""
         mib = task.gpu.memory_on(float(self.mem[node]))
         groups = self.groups[node]
+        if node in self._borrowed:  # (a copy's: its own devices first)
+            self._borrowed.discard(node)
+            groups = self.groups[node] = {
+                name: GpuGroup(g.name, g.allocated, g.releasing, g.pipelined, g.n_active, g.n_releasing, g.n_pipelined,
+                               dict(g.members)) for name, g in groups.items()}
         d_idle = d_rel = d_pods = 0
         for name in task.gpu_groups:
             grp = groups.get(name)
@@ -236,28 +247,37 @@ class SharedGpus:
                 (g.free_idle(mem) if idle else g.free_pipe(mem)) + EPSILON >= need]
 
     def choose(self, task: TaskInfo, node: int, free_idle_gpus: int, free_releasing_gpus: int, new_slots: int,
-               order_fns: list[GpuOrderFn], *, prefer_immediate: bool) -> GpuChoice | None:
+               order_fns: list[GpuOrderFn], *, prefer_immediate: bool,
+               device_scorer: GpuDeviceScorer | None = None) -> GpuChoice | None:
         """Pick the task's devices on ``node`` (spec 7.3): existing groups it fits on and whole free GPUs
         (new groups), best score first; with ``prefer_immediate`` devices usable now come before those
-        that wait for releasing pods. Ties: existing groups by name, then idle GPUs, then releasing ones."""
+        that wait for releasing pods. Ties: existing groups by name, then idle GPUs, then releasing ones.
+        ``device_scorer`` (kaisched's, not KAI's; None: KAI's choice) adds its score per candidate device."""
         mem = float(self.mem[node])
         need = task.gpu.memory_on(mem)
         cands: list[tuple[int, float, int, str, bool]] = []  # (waits, -score, kind, name, immediate)
+        frees: list[float] = []
         for grp in sorted(self.groups[node].values(), key=lambda g: g.name):
-            if not grp.shareable or grp.free_pipe(mem) + EPSILON < need:
+            room = grp.free_pipe(mem)
+            if not grp.shareable or room + EPSILON < need:
                 continue
             immediate = grp.free_idle(mem) + EPSILON >= need
             used = grp.used / mem if mem > 0 else 1.0
             score = sum(fn(used, False) for fn in order_fns)
             cands.append((0 if immediate or not prefer_immediate else 1, -score, 0, grp.name, immediate))
+            frees.append(room / mem if mem > 0 else 0.0)
         whole_score = -sum(fn(0.0, True) for fn in order_fns)
         new_total = min(free_idle_gpus + free_releasing_gpus, max(new_slots, 0), task.gpu.count)
         for i in range(new_total):
             immediate = i < free_idle_gpus
             cands.append((0 if immediate or not prefer_immediate else 1, whole_score, 1 if immediate else 2,
                           f"{i:06d}", immediate))
+            frees.append(1.0)
         if len(cands) < task.gpu.count:
             return None
+        if device_scorer is not None and cands:
+            extra = device_scorer(task, node, np.asarray(frees, dtype=np.float64))
+            cands = [(c[0], c[1] - float(e), *c[2:]) for c, e in zip(cands, extra.tolist(), strict=True)]
         cands.sort()
         chosen = cands[: task.gpu.count]
         names: list[str] = []

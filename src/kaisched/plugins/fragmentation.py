@@ -14,9 +14,18 @@ the paper's measure ignores for memory.
 
 A pod's score on a node is the fragmentation its placement removes (usually negative: the smallest increase wins),
 ``-(F_after - F_before)`` in GPUs, times ``weight`` (default 1000, so it outweighs the default scorers' tie
-breaks), the device of a share being the one ``gpupack`` chooses (the fullest device with room). Nodes' states and
-fragmentations are kept for the session and figured again only for the nodes whose accounting changed
-(``NodeTable.changed_since``): a placement costs the candidates' after-states, not a rebuild.
+breaks). With ``resolution`` it is put on the paper's integer scale ``int(100 * sigmoid(gain) / resolution)``, and
+``tieBreak: bestfit`` breaks the ties of that scale (where FGD picks at random) by best fit on the dominant
+resource: the node whose largest share left (CPU, memory, GPU, each as a share of the largest node's) is least.
+
+**Devices** (``devices: fragmentation``, the default): a share goes to the device of the node whose choice leaves
+the least fragmentation (:meth:`FragmentationPlugin.device_score`, registered as the session's GPU device scorer;
+ties: gpupack's fullest device, then KAI's order), and the node's score counts that choice; ``devices: gpupack``
+keeps gpupack's fullest device. Without the plugin the session has no device scorer and KAI's choice stands.
+
+Nodes' states and fragmentations are kept for the session and figured again only for the nodes whose accounting
+changed (``NodeTable.changed_since``), and a node's gain for a pod shape is kept until that node changes: a
+placement costs the candidates' after-states, not a rebuild.
 """
 
 from __future__ import annotations
@@ -132,6 +141,11 @@ class FragmentationPlugin(Plugin):
         if tie not in ("bestfit", "none"):
             raise ConfigError(f"plugin gpufragmentation: argument tieBreak: expected bestfit or none, got {tie!r}")
         self.best_fit = tie == "bestfit"
+        devices = arguments.get("devices", "fragmentation")
+        if devices not in ("fragmentation", "gpupack"):
+            raise ConfigError(f"plugin gpufragmentation: argument devices: expected fragmentation or gpupack, got "
+                              f"{devices!r}")
+        self.devices = devices == "fragmentation"
         raw_half = arguments.get("halfLife", "")
         self.half_life_s = DEFAULT_HALF_LIFE_S
         if raw_half:
@@ -160,12 +174,15 @@ class FragmentationPlugin(Plugin):
         self.frag: FloatArray = np.zeros(n)
         self.max_cpu = max(float(np.max(ssn.nodes.allocatable[CPU], initial=0.0)), 1.0)
         self.max_gpus = float(width)
+        self.max_mem = max(float(np.max(ssn.nodes.allocatable[MEMORY], initial=0.0)), 1.0)
         self.node_version: npt.NDArray[np.int64] = np.zeros(n, dtype=np.int64)  # bumped by each refresh of a node
         # per task shape: the node version each node's gain was figured at, and the gains
         self._gains: dict[tuple[float, float, GpuKind, int, float], tuple[npt.NDArray[np.int64], FloatArray]] = {}
         self._refresh(np.arange(n))
         self.version = ssn.nodes.version
         ssn.add_node_scorer(self.score, neutral=self.neutral)
+        if self.devices:
+            ssn.gpu_device_scorer = self.device_score
 
     # ---- the nodes' states -----------------------------------------------------------------------------------
     def _refresh(self, nodes: npt.NDArray[np.int64]) -> None:
@@ -230,10 +247,13 @@ class FragmentationPlugin(Plugin):
         memory = self.memory[idx] - float(task.req[MEMORY])
         free = self.free[idx].copy()
         g = task.gpu
+        after: FloatArray | None = None
         if g.kind is GpuKind.WHOLE and g.count > 0:
             whole = free >= 1.0 - EPS
             taken = whole & (np.cumsum(whole, axis=1) <= g.count)
             free[taken] = 0.0
+        elif g.kind is GpuKind.FRACTION and g.count > 0 and self.devices:
+            after = self._best_devices(cpu, memory, free, g.portion, g.count)
         elif g.kind is GpuKind.FRACTION and g.count > 0:
             rows = np.arange(len(idx))
             used = np.zeros(free.shape, dtype=np.bool_)
@@ -243,15 +263,77 @@ class FragmentationPlugin(Plugin):
                 ok = np.isfinite(room[rows, dev])
                 free[rows[ok], dev[ok]] -= g.portion
                 used[rows[ok], dev[ok]] = True
-        gain: FloatArray = self.frag[idx] - fragmentation(cpu, memory, free, self.workload)
+        if after is None:
+            after = fragmentation(cpu, memory, free, self.workload)
+        gain: FloatArray = self.frag[idx] - after
         if self.resolution > 0:
             step = self.resolution / 100.0
             gain = np.floor(100.0 / (1.0 + np.exp(-gain)) / self.resolution) * step
-            if self.best_fit:  # within a step: the node with the least left (CPU and GPU, as shares of the largest)
-                left = 0.5 * np.clip(cpu, 0.0, None) / self.max_cpu \
-                    + 0.5 * np.where(free > 0, free, 0.0).sum(axis=1) / self.max_gpus
-                gain = gain + 0.9 * step * (1.0 - np.clip(left, 0.0, 1.0))
+            if self.best_fit:  # within a step: the node whose dominant share left is least (best fit)
+                gain = gain + 0.9 * step * (1.0 - self._dominant_left(cpu, memory, free))
         return gain
+
+    def _dominant_left(self, cpu: FloatArray, memory: FloatArray, free: FloatArray) -> FloatArray:
+        """Per node state, the largest of what it has left of CPU, memory and GPU (free devices and shares), each
+        as a share of the largest node's (0..1): best fit by the dominant resource, as in DRF's dominant share."""
+        left = np.maximum(np.clip(cpu, 0.0, None) / self.max_cpu, np.clip(memory, 0.0, None) / self.max_mem)
+        gpus = np.where(free > 0, free, 0.0).sum(axis=1) / self.max_gpus
+        out: FloatArray = np.clip(np.maximum(left, gpus), 0.0, 1.0)
+        return out
+
+    def _best_devices(self, cpu: FloatArray, memory: FloatArray, free: FloatArray, portion: float, count: int
+                      ) -> FloatArray:
+        """Each node's fragmentation after a share of ``portion`` of ``count`` devices is placed on the devices
+        that leave the least (one device at a time, the best first; ``free`` is updated in place). Only distinct
+        devices are tried: of devices with the same free share, the first."""
+        m, w = free.shape
+        rows = np.arange(m)
+        used = np.zeros(free.shape, dtype=np.bool_)
+        best: FloatArray = np.full(m, np.inf)
+        for _ in range(count):
+            ok = (free + EPS >= portion) & ~used
+            dup = np.zeros(free.shape, dtype=np.bool_)
+            for d in range(1, w):  # a device like an earlier one that can take the share: the same state
+                dup[:, d] = ok[:, d] & (ok[:, :d] & (np.abs(free[:, :d] - free[:, d:d + 1]) < EPS)).any(axis=1)
+            node, dev = np.nonzero(ok & ~dup)
+            if not len(node):
+                break
+            states = free[node].copy()
+            states[np.arange(len(node)), dev] -= portion
+            frag = fragmentation(cpu[node], memory[node], states, self.workload)
+            best = np.full(m, np.inf)
+            np.minimum.at(best, node, frag)
+            # the first device (in position order) reaching the node's minimum
+            first = np.full(m, w, dtype=np.int64)
+            hit = frag <= best[node]
+            np.minimum.at(first, node[hit], dev[hit])
+            has = first < w
+            free[rows[has], first[has]] -= portion
+            used[rows[has], first[has]] = True
+        return np.where(np.isfinite(best), best, fragmentation(cpu, memory, free, self.workload))
+
+    def device_score(self, task: TaskInfo, node: int, frees: FloatArray) -> FloatArray:
+        """Per candidate device of a share on ``node`` (its free share; 1.0 a whole free GPU): minus the node's
+        fragmentation after the share is placed on it, in whole micro-GPUs times 10 so that it outranks the
+        GPU order functions (gpupack's fullest device breaks the ties). A candidate the plugin does not see free
+        (a GPU being released) scores as the node's fragmentation plus one GPU."""
+        self._sync()
+        row = self.free[node]
+        portion = task.gpu.portion if task.gpu.kind is GpuKind.FRACTION else 1.0
+        states = np.repeat(row[None, :], len(frees), axis=0)
+        found = np.zeros(len(frees), dtype=np.bool_)
+        for k, f in enumerate(frees.tolist()):
+            at = np.flatnonzero(np.abs(row - f) < 1e-6)
+            if len(at):
+                states[k, int(at[0])] -= portion
+                found[k] = True
+        n = len(frees)
+        cpu = np.full(n, float(self.cpu[node]) - float(task.req[CPU]))
+        memory = np.full(n, float(self.memory[node]) - float(task.req[MEMORY]))
+        frag = fragmentation(cpu, memory, states, self.workload)
+        frag = np.where(found, frag, float(self.frag[node]) + 1.0)
+        out: FloatArray = -10.0 * np.rint(frag * 1e6)
+        return out
 
 
 __all__ = ["FragmentationPlugin", "Workload", "fragmentation"]
