@@ -15,9 +15,10 @@ returns.
   conditions, nominations); while urgent lanes wait for a thread or for a creation, background lanes run one at a
   time, and while urgent lanes run, on at most a quarter of the limit.
 * **Events** are written as client-go's recorder writes them: asynchronously, by a few lanes at a time
-  (``event_workers``, 2), after everything else that is ready, from a queue of at most ``max_queued_events``
-  (1,000; a later event is dropped and counted: ``events_filtered_total{reason="queue_full"}``). A burst of binds
-  is neither queued behind its own ``Scheduled`` events nor slowed down by them at the server.
+  (``event_workers``, 2; one while binds wait for their PodGroups), after everything else that is ready, from a
+  queue of at most ``max_queued_events`` (1,000; a later event is dropped and counted:
+  ``events_filtered_total{reason="queue_full"}``). A burst of binds is neither queued behind its own
+  ``Scheduled`` events nor slowed down by them at the server.
 * **Order across objects** (``Operation.after``): a bind waits until the creation of its pod's PodGroup submitted
   before it (``Operation.creates``) is done, as KAI's pod-grouper creates the PodGroup before the scheduler binds
   the pod; creations and pod patches of a cycle go out at once, in parallel, ahead of the cycle's binds. When
@@ -395,7 +396,7 @@ class ClusterWriter:
         # background lanes: one at a time while urgent ones wait (queued, or parked on a creation), a quarter of the
         # limit while urgent ones run, all of it otherwise; events: event_workers at a time, whatever else runs
         share = 1 if self._parked else max(1, limit // 4) if self._running[URGENT] else limit
-        caps = (limit, share, self.event_workers)
+        caps = (limit, share, 1 if self._parked else self.event_workers)
         for priority, ready in enumerate(self._ready):
             while ready and (self._running[priority] < caps[priority] or stopping):
                 key = ready.popleft()
