@@ -226,3 +226,39 @@ def test_usage_errors(tmp_path: Path, argv: list[str], monkeypatch: pytest.Monke
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 2 and "SCENARIO" in result.output
+
+
+# ------------------------------------------------------------------------------------------ --compare-config
+AWARE = ROOT / "examples" / "config" / "fragmentation-aware.yaml"
+
+
+def test_compare_config_runs_the_scenario_as_written_and_under_the_config(tmp_path: Path) -> None:
+    scenario = _write(tmp_path, "tiny.yaml", SCENARIO)
+    out = tmp_path / "cmp"
+    result = CliRunner().invoke(cli, ["simulate", str(scenario), "--compare-config", str(AWARE), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    compared = json.loads((out / "compare.json").read_text())
+    assert compared["labels"] == ["kai-default", "fragmentation-aware"]
+    html = (out / "compare.html").read_text()
+    assert "stranded GPUs: no CPU (mean)" in html and "stranded GPUs: slivers (mean)" in html
+    runs = [json.loads((out / label / "summary.json").read_text()) for label in compared["labels"]]
+    assert [r["inputs"]["variant"] for r in runs] == [
+        "as written", f"scheduler configuration replaced by {AWARE}"]
+    assert all(set(r["summary"]["stranded_gpus_mean"]) == {"no_cpu", "no_memory", "slivers"} for r in runs)
+    assert runs[1]["inputs"]["command"].endswith(f"--compare-config {AWARE} -o {out}")
+
+
+def test_compare_config_names_a_bad_argument_and_simulates_nothing(tmp_path: Path) -> None:
+    scenario = _write(tmp_path, "tiny.yaml", SCENARIO)
+    bad = yaml.safe_load(AWARE.read_text())
+    for plugin in bad["tiers"][0]["plugins"]:
+        if plugin["name"] == "gpufragmentation":
+            plugin["arguments"]["tieBreak"] = "coin"
+    config = _write(tmp_path, "bad-config.yaml", bad)
+    result = CliRunner().invoke(cli, ["simulate", str(scenario), "--compare-config", str(config),
+                                      "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert f"{config}: config: " in result.stderr and "argument tieBreak" in result.stderr
+    assert not (tmp_path / "out").exists()
+    alone = CliRunner().invoke(cli, ["simulate", "--compare-config", str(AWARE)])
+    assert alone.exit_code == 2 and "--compare-config CONFIG compares one SCENARIO" in alone.output

@@ -39,6 +39,9 @@ Examples:
   kaisched simulate --compare examples/simulation/compare/binpack.yaml examples/simulation/compare/spread.yaml -o cmp
   # a week of a busy shared cluster of 100 teams, progress as plain lines (e.g. in CI logs)
   kaisched simulate examples/simulation/busy-cluster.yaml -o busy --progress
+  # the OpenB trace replayed (arrivals and departures) with KAI's default placement and fragmentation-aware
+  kaisched simulate examples/simulation/openb-replay.yaml \
+      --compare-config examples/config/fragmentation-aware.yaml -o openb
   # time-based fair share (the scenario's usageDBConfig) against the same scenario divided by weight only
   kaisched simulate examples/simulation/time-based-week.yaml --compare-weight-only -o week
   # KAI's time-based fair-share simulator input: simulation_results.csv (Time,QueueID,Allocation,FairShare)
@@ -96,7 +99,7 @@ def _progress(label: str, mode: str, err: TextIO) -> Iterator[Callable[[Progress
 
 
 def _command_line(paths: list[str], compare: bool, outdir: str, seed: int | None, weight_only: bool = False,
-                  kai: bool = False) -> str:
+                  kai: bool = False, compare_config: str | None = None) -> str:
     """The command that makes this run again (options as given, in a fixed order)."""
     if kai:
         args = ["kaisched", "simulate", "--kai-time-based", *paths]
@@ -104,6 +107,8 @@ def _command_line(paths: list[str], compare: bool, outdir: str, seed: int | None
         args = ["kaisched", "simulate", *(["--compare", *paths] if compare else paths)]
     if weight_only:
         args.append("--compare-weight-only")
+    if compare_config is not None:
+        args += ["--compare-config", compare_config]
     args += ["-o", outdir]
     if seed is not None:
         args += ["--seed", str(seed)]
@@ -114,6 +119,39 @@ def weight_only_variant(scenario: Scenario) -> Scenario:
     """The same scenario divided by weight only: its scheduler config without ``usageDBConfig``."""
     config = {k: v for k, v in (scenario.config or {}).items() if k != "usageDBConfig"}
     return replace(scenario, config=config or None)
+
+
+def config_label(scenario: Scenario) -> str:
+    """What a scenario's scheduler configuration is called in a comparison: ``kai-default`` without one, else the
+    stem of its ``config_file`` or ``scenario-config``."""
+    if scenario.config is None:
+        return "kai-default"
+    source = scenario.config_source
+    if source.startswith("config_file: "):
+        return Path(source.removeprefix("config_file: ")).stem
+    return "scenario-config"
+
+
+def load_compare_config(path: str) -> dict[str, object]:
+    """A scheduler configuration file (KAI format) for ``--compare-config``, checked as a scenario's would be;
+    raises ConfigError naming the problem."""
+    import yaml
+
+    from kaisched.cluster.schedule import resolve_config
+
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read it: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError("expected a scheduler configuration (a mapping with actions, tiers, ...)")
+    resolve_config(loaded)
+    return loaded
+
+
+def with_config(scenario: Scenario, config: dict[str, object], path: str) -> Scenario:
+    """The same scenario with its scheduler configuration replaced by ``config`` (read from ``path``)."""
+    return replace(scenario, config=config, config_source=f"config_file: {path}")
 
 
 def has_usage_db(scenario: Scenario) -> bool:
@@ -138,6 +176,12 @@ def _fail(lines: list[str], code: int) -> NoReturn:
               help="Run SCENARIO as written (time-based fair share: its config has usageDBConfig) and again without "
                    "its usageDBConfig (weight-only division), and compare them side by side, fairness over time "
                    "included.")
+@click.option("--compare-config", "compare_config", type=click.Path(exists=True, dir_okay=False), default=None,
+              metavar="CONFIG",
+              help="Run SCENARIO as written and again with its scheduler configuration replaced by CONFIG (a "
+                   "KAI-format scheduler configuration file, e.g. examples/config/fragmentation-aware.yaml), and "
+                   "compare them "
+                   "side by side: GPU allocation, waiting times, stranded GPUs by cause.")
 @click.option("--kai-time-based", "kai_file", type=click.Path(exists=True, dir_okay=False), default=None,
               metavar="FILE",
               help="Run a KAI time-based fair-share simulator input (Cycles, WindowSize, HalfLifePeriod, KValue, "
@@ -150,8 +194,8 @@ def _fail(lines: list[str], code: int) -> NoReturn:
               help=f"Read at most this much of each scenario and the files it names (bytes, or a quantity like 2Gi; "
                    f"default 1Gi, or ${MAX_INPUT_BYTES_ENV}).")
 def simulate_command(scenario: str | None, outdir: str, seed: int | None, compare_paths: tuple[str, str] | None,
-                     weight_only: bool, kai_file: str | None, show_progress: bool | None, quiet: bool,
-                     max_input_bytes: str | None) -> None:
+                     weight_only: bool, compare_config: str | None, kai_file: str | None, show_progress: bool | None,
+                     quiet: bool, max_input_bytes: str | None) -> None:
     """Simulate SCENARIO (a scenario file: cluster, queues, scheduler config, workload) and write a report.
 
     Every scenario is checked before anything runs: unknown fields, queues that do not exist, jobs no node (or
@@ -170,6 +214,9 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
             raise click.UsageError("give either --kai-time-based FILE or a SCENARIO (or --compare A.yaml B.yaml)")
         _kai_time_based(kai_file, outdir, weight_only, quiet)
         return
+    if compare_config is not None and (not scenario or weight_only):
+        raise click.UsageError("--compare-config CONFIG compares one SCENARIO with itself under CONFIG (not with "
+                               "--compare or --compare-weight-only)")
     paths = list(compare_paths) if compare_paths else ([scenario] if scenario else [])
     if not paths:
         raise click.UsageError("give a SCENARIO file, or --compare A.yaml B.yaml")
@@ -194,9 +241,21 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
     if weight_only and not problems and not has_usage_db(scenarios[0]):
         problems.append(f"{paths[0]}: config: no usageDBConfig: --compare-weight-only compares time-based fair "
                         "share (a scheduler config with usageDBConfig) against weight-only division")
+    other: dict[str, object] | None = None
+    if compare_config is not None:
+        try:
+            other = load_compare_config(compare_config)
+        except ConfigError as exc:
+            problems.append(f"{compare_config}: config: {exc}")
     if problems:
         _fail([*problems, f"nothing simulated: {len(problems)} problem{'s' if len(problems) > 1 else ''}"], 2)
     labels_given: list[str] = [Path(p).stem for p in paths] if compare_paths else []
+    if other is not None and compare_config is not None:  # the same file twice: as written, and under CONFIG
+        scenarios.append(with_config(scenarios[0], other, compare_config))
+        paths.append(paths[0])
+        labels_given = [config_label(scenarios[0]), Path(compare_config).stem]
+        if labels_given[0] == labels_given[1]:
+            labels_given = [f"{labels_given[0]} (scenario)", f"{labels_given[1]} (--compare-config)"]
     if weight_only:  # the same file twice: as written, and without its usageDBConfig
         scenarios.append(weight_only_variant(scenarios[0]))
         paths.append(paths[0])
@@ -207,7 +266,8 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
     err = sys.stderr
     results: list[SimResult] = []
     labels: list[str] = []
-    command = _command_line(paths[:1] if weight_only else paths, bool(compare_paths), outdir, seed, weight_only)
+    command = _command_line(paths[:1] if weight_only or other is not None else paths, bool(compare_paths), outdir,
+                            seed, weight_only, compare_config=compare_config)
     for k, (path, sc) in enumerate(zip(paths, scenarios, strict=True)):
         label = labels_given[k] if compared else sc.name
         if not quiet:
@@ -226,6 +286,9 @@ def simulate_command(scenario: str | None, outdir: str, seed: int | None, compar
         if weight_only:
             result.inputs["variant"] = ("as written (time-based fair share)" if k == 0 else
                                         "usageDBConfig removed (weight-only division)")
+        if other is not None:
+            result.inputs["variant"] = ("as written" if k == 0 else
+                                        f"scheduler configuration replaced by {compare_config}")
         results.append(result)
         labels.append(label)
     out = Path(outdir)

@@ -62,7 +62,7 @@ from kaisched.k8s.objects import ObjectError, ParsedObjects, Pod
 from kaisched.k8s.parse import parse_objects
 from kaisched.model.pod_facts import pod_facts
 from kaisched.sim.fairness import long_run_shares
-from kaisched.sim.metrics import summarize
+from kaisched.sim.metrics import stranded, summarize
 from kaisched.sim.model import (
     AWAITING_CYCLE,
     COMPLETED,
@@ -168,6 +168,8 @@ class Simulator:
         self.cluster = EmbeddedCluster(replace(static, pods=[], pod_groups=[], workloads=[]))
         self.pods = self.cluster.pods
         self.gpus_of_pod: dict[str, float] = {}  # whole GPUs, fractions and DRA GPUs each pod asks for
+        # the least CPU (millicores) and memory (bytes) a GPU pod arrived so far asks (stranded GPUs by cause)
+        self.gpu_pod_cpu = self.gpu_pod_memory = math.inf
         self.groups = self.cluster.pod_groups
         self.jobs: dict[str, _Job] = {}
         self.active: dict[str, _Job] = {}  # jobs not done yet (arrival order)
@@ -287,6 +289,10 @@ class Simulator:
         for pod in ours:
             key = _key(pod.meta.namespace, pod.meta.name)
             self.gpus_of_pod[key] = _pod_gpus(pod) + (cluster.pod_claim_gpus(pod) if pod.resource_claims else 0.0)
+            if self.gpus_of_pod[key] > 0:
+                requests = pod_facts(pod).requests
+                self.gpu_pod_cpu = min(self.gpu_pod_cpu, float(requests.get("cpu", 0.0)))
+                self.gpu_pod_memory = min(self.gpu_pod_memory, float(requests.get("memory", 0.0)))
             self.job_of_pod[key] = job
             job.pods.append(key)
         for pg in prepared.pod_groups:
@@ -459,7 +465,10 @@ class Simulator:
                   for name, q in (last.queues if last else {}).items()}
         return Sample(time=t, gpus_total=total, gpus_allocated=held, gpus_fractional=shared,
                       idle_gpus=max(total - held, 0.0), fragmentation=last.fragmentation if last else 0.0,
-                      pending_jobs=0, running_jobs=len(active), queues=queues, pending_by_reason=dict(self.waiting))
+                      pending_jobs=0, running_jobs=len(active), queues=queues, pending_by_reason=dict(self.waiting),
+                      stranded_no_cpu=last.stranded_no_cpu if last else 0.0,
+                      stranded_no_memory=last.stranded_no_memory if last else 0.0,
+                      stranded_slivers=last.stranded_slivers if last else 0.0)
 
     def _sample(self, result: CycleResult, t: float) -> Sample:
         total = sum(n.gpus for n in result.nodes)
@@ -476,7 +485,10 @@ class Simulator:
         if not result.queues:
             allocated = total - idle
         active = list(self.active.values())
+        no_cpu, no_memory, slivers = stranded(result.nodes, 0.0 if self.gpu_pod_cpu == math.inf else self.gpu_pod_cpu,
+                                              0.0 if self.gpu_pod_memory == math.inf else self.gpu_pod_memory)
         return Sample(
+            stranded_no_cpu=no_cpu, stranded_no_memory=no_memory, stranded_slivers=slivers,
             time=t, gpus_total=total, gpus_allocated=allocated, gpus_fractional=fractional, idle_gpus=idle,
             fragmentation=partial_idle / idle if idle > 0 else 0.0,
             pending_jobs=sum(1 for j in active if j.run_start is None),

@@ -12,6 +12,10 @@ jobs' waiting and completion times.
   end counts with its wait so far (to the end of the run), so while any job still waits the figures are lower
   bounds (``Summary.wait_censored`` says how many). Dropped jobs (they could never start) are left out.
 * JCT: arrival to completion, over the completed jobs only.
+* Stranded GPUs by cause (:func:`stranded`), time-weighted means in GPUs: free GPU (idle devices and the free
+  share of shared ones) on nodes with less free CPU than the least any GPU pod of the run asked ("no CPU"), else
+  with less free memory than the least any asked ("no memory"), and the free shares of shared GPUs on the other
+  nodes ("slivers"). Lower bounds of what the workload could not use: a GPU counted usable may still suit none.
 * Where the waiting went (:func:`pending_by_reason`): each job's pending time per reason (the cycles' reason codes,
   ``JobRecord.pending_by_reason``) summed over jobs, as job-seconds and as GPU-seconds (the job's GPUs times the
   time), with the jobs that waited for each reason; the reasons' job-seconds sum to the jobs' pending time.
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kaisched.framework.result import NodeGpuStatus
 from kaisched.sim.model import (
     COMPLETED,
     DROPPED,
@@ -122,7 +127,30 @@ def summarize(samples: list[Sample], jobs: list[JobRecord], end: float, cycles: 
         end=end,
         wait_censored=sum(1 for j, o in zip(jobs, outcomes, strict=True)
                           if j.start is None and o != DROPPED),
+        stranded_no_cpu_mean=_weighted([s.stranded_no_cpu for s in samples], weights) if samples else 0.0,
+        stranded_no_memory_mean=_weighted([s.stranded_no_memory for s in samples], weights) if samples else 0.0,
+        stranded_slivers_mean=_weighted([s.stranded_slivers for s in samples], weights) if samples else 0.0,
     )
+
+
+def stranded(nodes: Iterable[NodeGpuStatus], min_cpu: float, min_memory: float) -> tuple[float, float, float]:
+    """The free GPU of ``nodes`` no GPU pod could use, by cause: (no CPU, no memory, slivers) in GPUs. ``min_cpu``
+    (millicores) and ``min_memory`` (bytes): the least a GPU pod of the run asks (0: none seen)."""
+    no_cpu = no_memory = slivers = 0.0
+    for n in nodes:
+        if n.gpus <= 0:
+            continue
+        share = sum(max(g.memory_mib - g.used_mib, 0.0) / g.memory_mib for g in n.shared if g.memory_mib > 0)
+        free = max(n.idle, 0.0) + share
+        if free <= 1e-9:
+            continue
+        if n.cpu_idle + 1e-9 < min_cpu:
+            no_cpu += free
+        elif n.memory_idle + 1e-9 < min_memory:
+            no_memory += free
+        else:
+            slivers += share
+    return no_cpu, no_memory, slivers
 
 
 @dataclass(slots=True)

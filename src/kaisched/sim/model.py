@@ -82,6 +82,11 @@ class Sample:
     queues: dict[str, QueueSample] = field(default_factory=dict)
     #: the jobs waiting per reason after the cycle (PENDING_REASONS; reasons nobody waits for left out)
     pending_by_reason: dict[str, int] = field(default_factory=dict)
+    #: free GPU no GPU pod of the run could use, by cause (GPUs; :func:`kaisched.sim.metrics.stranded`): on nodes
+    #: with less free CPU than any GPU pod asks, with less free memory, and the free shares of shared GPUs
+    stranded_no_cpu: float = 0.0
+    stranded_no_memory: float = 0.0
+    stranded_slivers: float = 0.0
 
 
 @dataclass(slots=True)
@@ -170,6 +175,10 @@ class Summary:
     #: jobs in ``wait`` still waiting at the end: their wait counts up to the end, so the figures are lower
     #: bounds when this is not 0
     wait_censored: int = 0
+    #: stranded GPUs by cause (Sample.stranded_*), time-weighted means in GPUs
+    stranded_no_cpu_mean: float = 0.0
+    stranded_no_memory_mean: float = 0.0
+    stranded_slivers_mean: float = 0.0
 
     @property
     def accounted(self) -> dict[str, int]:

@@ -484,6 +484,9 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
             "end": _round(s.end, 2),
             "wait_censored": s.wait_censored,
             "wait_is_lower_bound": s.wait_censored > 0,
+            "stranded_gpus_mean": {"no_cpu": _round(s.stranded_no_cpu_mean, 2),
+                                   "no_memory": _round(s.stranded_no_memory_mean, 2),
+                                   "slivers": _round(s.stranded_slivers_mean, 2)},
         },
         "outcomes": dict(s.accounted),
         "inputs": _inputs_json(result),
@@ -679,6 +682,7 @@ def _key_figures(s: Summary) -> list[str]:
         f"makespan {format_duration(s.makespan)}",
         f"{ev}, {_gpu_hours(s.gpu_hours_lost)} GPU-hours lost",
         f"fragmentation {_pct(s.fragmentation_mean)}",
+        *([f"stranded GPUs {stranded_text(s)}"] if _stranded_any(s) else []),
         f"Jain {_fixed(s.jain_fairness, 2)}",
     ]
     notes = []
@@ -687,6 +691,16 @@ def _key_figures(s: Summary) -> list[str]:
     if wait_note(s):
         notes.append(f"waiting times are {wait_note(s)}" if s.wait_censored else f"waiting times: {wait_note(s)}")
     return parts + notes
+
+
+def stranded_text(s: Summary) -> str:
+    """The mean stranded GPUs by cause: ``no CPU 12.3 · no memory 0.0 · slivers 4.5``."""
+    return (f"no CPU {_num(s.stranded_no_cpu_mean, 1)} · no memory {_num(s.stranded_no_memory_mean, 1)} · "
+            f"slivers {_num(s.stranded_slivers_mean, 1)}")
+
+
+def _stranded_any(s: Summary) -> bool:
+    return s.stranded_no_cpu_mean + s.stranded_no_memory_mean + s.stranded_slivers_mean >= 0.05
 
 
 def _key_figures_line(s: Summary) -> str:
@@ -782,6 +796,12 @@ METRICS: tuple[_Metric, ...] = (
     _Metric("evictions", "evictions", lambda s: s.evictions, _int_fmt, "lower"),
     _Metric("gpu_hours_lost", "GPU-hours lost", lambda s: s.gpu_hours_lost, lambda x: _num(x, 1), "lower"),
     _Metric("fragmentation_mean", "fragmentation", lambda s: s.fragmentation_mean, _pct, "lower"),
+    _Metric("stranded_no_cpu", "stranded GPUs: no CPU (mean)", lambda s: s.stranded_no_cpu_mean,
+            lambda x: _num(x, 1), "lower"),
+    _Metric("stranded_no_memory", "stranded GPUs: no memory (mean)", lambda s: s.stranded_no_memory_mean,
+            lambda x: _num(x, 1), "lower"),
+    _Metric("stranded_slivers", "stranded GPUs: slivers (mean)", lambda s: s.stranded_slivers_mean,
+            lambda x: _num(x, 1), "lower"),
     _Metric("jain_fairness", "Jain's fairness index", lambda s: s.jain_fairness, lambda x: _fixed(x, 3), "higher"),
     _Metric("cycles", "scheduling cycles", lambda s: s.cycles, _int_fmt, None),
     _Metric("wall_seconds", "wall time (s)", lambda s: s.wall_seconds, lambda x: _num(x, 2), None),
@@ -1566,6 +1586,8 @@ def _cards(result: SimResult) -> str:
             f"{_gpu_hours(s.gpu_hours_lost)} GPU-hours of work lost",
         ),
         _card("Fragmentation", _pct(s.fragmentation_mean), "idle whole GPUs on partly used nodes"),
+        _card("Stranded GPUs", _num(s.stranded_no_cpu_mean + s.stranded_no_memory_mean + s.stranded_slivers_mean, 1),
+              "mean, by cause: " + stranded_text(s)),
         _card(
             "Jain's fairness",
             "n/a" if jain is None else f"{jain:.3f}",

@@ -17,6 +17,7 @@ cluster:
   - {name: h100, count: 8, cpu: 192, memory: 2Ti,          # DRA GPUs: a ResourceSlice per node
      dra: {driver: gpu.nvidia.com, devices: 8, memory: 80Gi, attributes: {productName: NVIDIA H100}}}
   queue_tree: {departments: 10, teams: 10, gpus: auto, weights: [1, 2, 3], shares: [0.5, 1.5]}  # compact Queues
+  node_list: {format: openb, path: openb_node_list_gpu_node.csv, gpu_only: true, limit: 300}  # a node list file
 workload:
   arrivals:                  # explicit arrivals
   - {time: 0, duration: 2h, job: {name: llm, queue: team-a, pods: 4, gpus: 8}}
@@ -1053,10 +1054,35 @@ def _trace(raw: Mapping[str, Any], base: Path, sizes: _Sizes, limits: InputLimit
     return [replace(a, source=f"workload.trace ({a.source or a.name})") for a in arrivals]
 
 
+def _node_list(raw: Mapping[str, Any], base: Path, limits: InputLimits) -> list[Obj]:
+    """The nodes of a node list file (``format: openb``: an OpenB ``openb_node_list_*.csv``, GPU nodes only unless
+    ``gpu_only: false``; ``limit``: the first that many nodes of the file)."""
+    _unknown(raw, NODE_LIST_FIELDS, "cluster.node_list")
+    fmt = raw.get("format", "openb")
+    if fmt != "openb":
+        raise ScenarioError(f"cluster.node_list.format: expected openb, got {fmt!r}")
+    if not raw.get("path"):
+        raise ScenarioError("cluster.node_list.path: the node list file is required")
+    gpu_only = raw.get("gpu_only", True)
+    if not isinstance(gpu_only, bool):
+        raise ScenarioError(f"cluster.node_list.gpu_only: expected true or false, got {gpu_only!r}")
+    limit = raw.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ScenarioError(f"cluster.node_list.limit: expected an integer >= 1, got {limit!r}")
+    path = base / str(raw["path"])
+    try:
+        nodes = traces.openb_nodes(path, gpu_only=gpu_only, limits=limits)
+    except (ValueError, OSError) as exc:
+        what = f"file {path}: cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        raise ScenarioError(f"cluster.node_list: {what}") from None
+    return nodes if limit is None else nodes[:limit]
+
+
 # ------------------------------------------------------------------------------------------- loading
 SCENARIO_FIELDS = ("name", "description", "period", "until", "seed", "config", "config_file", "cluster", "workload",
                    "impossible_jobs", "limits")
-CLUSTER_FIELDS = ("files", "objects", "pools", "queue_tree")
+CLUSTER_FIELDS = ("files", "objects", "pools", "queue_tree", "node_list")
+NODE_LIST_FIELDS = ("format", "path", "gpu_only", "limit")
 WORKLOAD_FIELDS = ("arrivals", "generate", "trace")
 ARRIVAL_FIELDS = ("time", "duration", "job", "manifest", "file")
 
@@ -1093,6 +1119,12 @@ def scenario_from_mapping(doc: Mapping[str, Any], base: Path = Path("."), *, see
             raise ScenarioError("cluster.files: " + "; ".join(str(e) for e in errors))
         objects.extend(dict(d) for d in docs)
     objects.extend(dict(_mapping(o, "cluster.objects[]")) for o in _list(cluster.get("objects"), "cluster.objects"))
+    if cluster.get("node_list") is not None:
+        listed = _node_list(_mapping(cluster["node_list"], "cluster.node_list"), base, input_limits)
+        if len(listed) > sizes.limits.nodes:
+            raise ScenarioError(f"cluster.node_list: {len(listed):,} nodes, more than the scenario's limit of "
+                                f"{sizes.limits.nodes:,} (limits.nodes: raise it, or take fewer with limit)")
+        objects.extend(listed)
     dra_classes: dict[str, tuple[str, str]] = {}  # DeviceClass of the pools' DRA GPUs -> (driver, its pool's field)
     _pool_sizes(_list(cluster.get("pools"), "cluster.pools"), sizes.limits)
     for i, pool in enumerate(_list(cluster.get("pools"), "cluster.pools")):
