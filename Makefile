@@ -88,6 +88,7 @@ test: lint typecheck helm chromium unit unit-compiled kube-apiserver prometheus 
 	$(BIN)/python -m benchmarks.fragmentation --smoke
 	$(BIN)/python -m benchmarks.dashboard --smoke
 	$(BIN)/python -m benchmarks.explain --smoke
+	$(BIN)/python -m benchmarks.incremental --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 	$(BIN)/pytest -q -rfEs -m operators
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kaisched.cluster.incremental import IncrementalState
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
-from kaisched.cluster.store import annotated_pod_group, bound_pod
+from kaisched.cluster.store import annotated_pod_group, bound_pod, nominated_pod
 from kaisched.framework.config import SchedulerConfig
 from kaisched.framework.result import CycleResult
 from kaisched.k8s.objects import ParsedObjects
@@ -124,7 +124,7 @@ def _apply_events(parsed: ParsedObjects, events: list[tuple[Any, ...]], config: 
 def _applied(parsed: ParsedObjects, result: CycleResult, now: datetime, binds: bool = True) -> ParsedObjects:
     """The objects after the cycle, as the embedded cluster holds them: bound pods run (``binds``: else the binds
     are still in flight: the next cycle sees the same pods), evicted pods are terminating (until a ``reap`` event
-    deletes them), the PodGroups' timestamps written."""
+    deletes them), the pods' nominated nodes and the PodGroups' timestamps written."""
     pods = list(parsed.pods)
     index = {f"{p.meta.namespace}/{p.meta.name}": i for i, p in enumerate(pods)}
     for b in result.binds if binds else ():
@@ -134,6 +134,10 @@ def _applied(parsed: ParsedObjects, result: CycleResult, now: datetime, binds: b
         i = index[e.pod]
         if pods[i].meta.deletion_timestamp is None:
             pods[i] = replace(pods[i], meta=replace(pods[i].meta, deletion_timestamp=now))
+    for n in result.nominations:
+        if n.pod in index:
+            i = index[n.pod]
+            pods[i] = nominated_pod(pods[i], n.node)
     statuses = {s.name: s for s in result.pod_groups}
     groups = [annotated_pod_group(g, statuses[k]) if (k := f"{g.meta.namespace}/{g.meta.name}") in statuses else g
               for g in parsed.pod_groups]

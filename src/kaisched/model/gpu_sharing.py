@@ -151,7 +151,8 @@ GpuDeviceScorer = Callable[["TaskInfo", int, FloatArray], FloatArray]
 class SharedGpus:
     """GPU groups of all nodes of a :class:`~kaisched.model.node.NodeTable`."""
 
-    __slots__ = ("_need", "count", "free_idle", "free_pipe", "free_sum", "groups", "mem", "names", "synced")
+    __slots__ = ("_borrowed", "_need", "count", "free_idle", "free_pipe", "free_sum", "groups", "mem", "names",
+                 "synced")
 
     def __init__(self, names: list[str], mem_per_gpu: FloatArray, synced: npt.NDArray[np.bool_]) -> None:
         n = len(mem_per_gpu)
@@ -164,13 +165,15 @@ class SharedGpus:
         self.count: IntArray = np.zeros(n, dtype=np.int64)
         self.free_sum: FloatArray = np.zeros(n, dtype=np.float64)  # free room on shared GPUs, in GPUs
         self._need: dict[float, FloatArray] = {}  # MiB per device of a fraction, per node (by fraction)
+        # nodes whose devices are still those of the SharedGpus this one copies (copy): copied before a change
+        self._borrowed: set[int] = set()
 
     def copy(self) -> SharedGpus:
-        """The same devices with the same members, its own (changing the copy leaves these as they are)."""
+        """The same devices with the same members, its own (changing the copy leaves these as they are: a node's
+        devices are copied when the copy first changes them)."""
         out = SharedGpus(self.names, self.mem, self.synced)
-        out.groups = [{name: GpuGroup(g.name, g.allocated, g.releasing, g.pipelined, g.n_active, g.n_releasing,
-                                      g.n_pipelined, dict(g.members)) for name, g in groups.items()} if groups else {}
-                      for groups in self.groups]
+        out.groups = list(self.groups)
+        out._borrowed = set(range(len(self.groups)))
         out.free_idle = self.free_idle.copy()
         out.free_pipe = self.free_pipe.copy()
         out.count = self.count.copy()
@@ -196,6 +199,11 @@ class SharedGpus:
         Returns the change of (GPUs taken from idle, GPUs added to releasing, pod slots taken)."""
         mib = task.gpu.memory_on(float(self.mem[node]))
         groups = self.groups[node]
+        if node in self._borrowed:  # (a copy's: its own devices first)
+            self._borrowed.discard(node)
+            groups = self.groups[node] = {
+                name: GpuGroup(g.name, g.allocated, g.releasing, g.pipelined, g.n_active, g.n_releasing, g.n_pipelined,
+                               dict(g.members)) for name, g in groups.items()}
         d_idle = d_rel = d_pods = 0
         for name in task.gpu_groups:
             grp = groups.get(name)

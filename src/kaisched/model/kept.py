@@ -27,6 +27,7 @@ full rebuild, result for result.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeVar
 
 from kaisched.k8s import constants as C
 from kaisched.k8s.objects import ParsedObjects, Pod, PodGroup
@@ -45,20 +46,23 @@ from kaisched.model.snapshot import (
 from kaisched.model.status import ACTIVE_USED
 from kaisched.model.task import TaskInfo
 
+_Obj = TypeVar("_Obj", Pod, PodGroup)
 #: what a task is reset to before each session: (task, its job, node, shared devices, GPUs accepted there)
 _TaskBase = tuple[TaskInfo, PodGroupInfo | None, int, tuple[str, ...], float]
 #: what a job is reset to: (job, last start, stale since, blocked, victims)
 _JobBase = tuple[PodGroupInfo, datetime | None, datetime | None, FitError | None, dict[str, datetime]]
 
 
-def _ids(objs: list[Pod] | list[PodGroup]) -> dict[int, int]:
-    return {id(o): i for i, o in enumerate(objs)}
+def _diff(kept: dict[int, _Obj], objs: list[_Obj]) -> tuple[list[_Obj], list[_Obj]]:
+    """The objects of ``kept`` (by identity) not in ``objs``, and those of ``objs`` not in ``kept``."""
+    now = dict(zip(map(id, objs), objs, strict=True))
+    return [kept[i] for i in kept.keys() - now.keys()], [now[i] for i in now.keys() - kept.keys()]
 
 
 class KeptSnapshot:
     """A snapshot model kept between cycles (module docstring); make one with :meth:`build`."""
 
-    __slots__ = ("_builder", "_jobs_base", "_node_ids", "_pod_groups", "_pods", "_static_ids", "_task_of",
+    __slots__ = ("_builder", "_jobs_base", "_node_ids", "_order", "_pod_groups", "_pods", "_static_ids", "_task_of",
                  "_tasks_base", "nodes", "options", "pod_slots", "snapshot", "updates")
 
     def __init__(self, snapshot: Snapshot, builder: SnapshotBuilder, parsed: ParsedObjects,
@@ -74,11 +78,14 @@ class KeptSnapshot:
         self._pods: dict[int, Pod] = {id(p): p for p in parsed.pods}  # kept alive: the identities stay theirs
         self._pod_groups: dict[int, PodGroup] = {id(pg): pg for pg in parsed.pod_groups}
         self._task_of: dict[int, TaskInfo] = {}  # id of a pod -> its task (pods without one are not listed)
+        self._order: dict[str, str] = {}  # uid of a task -> its pod's "<namespace>\0<name>" (the tasks' order)
         by_uid = snapshot.tasks
         for p in parsed.pods:
-            task = by_uid.get(pod_facts(p).uid)
+            facts = pod_facts(p)
+            task = by_uid.get(facts.uid)
             if task is not None and task.pod is p:
                 self._task_of[id(p)] = task
+                self._order[task.uid] = facts.order
         self._tasks_base: dict[str, _TaskBase] = {
             t.uid: (t, t.job, t.node, t.gpu_groups, t.accepted_gpus) for t in snapshot.tasks.values()}
         self._jobs_base: dict[str, _JobBase] = {
@@ -103,6 +110,9 @@ class KeptSnapshot:
         """The model as it was built, for a new session at ``now``: every task and job as modelled (whatever the
         last session did to them), the nodes a copy the session may change."""
         self._reset()
+        return self._session_snapshot(now)
+
+    def _session_snapshot(self, now: datetime) -> Snapshot:
         s = self.snapshot
         return Snapshot(now=now, resources=s.resources, nodes=self.nodes.copy(), queues=s.queues, jobs=s.jobs,
                         tasks=s.tasks, total=s.total, min_node_gpu_memory=s.min_node_gpu_memory, errors=[],
@@ -138,18 +148,17 @@ class KeptSnapshot:
         if not self._apply(parsed):
             return None
         self.updates += 1
-        return self.session_snapshot(now)
+        return self._session_snapshot(now)  # (every task and job as modelled: reset above, or new)
 
     # ---- applying changes --------------------------------------------------------------------------
     def _apply(self, parsed: ParsedObjects) -> bool:
-        new_pods = _ids(parsed.pods)
-        new_groups = _ids(parsed.pod_groups)
-        removed_pods = [p for i, p in self._pods.items() if i not in new_pods]
-        added_pods = [p for p in parsed.pods if id(p) not in self._pods]
-        removed_groups = [g for i, g in self._pod_groups.items() if i not in new_groups]
-        added_groups = [g for g in parsed.pod_groups if id(g) not in self._pod_groups]
+        removed_pods, added_pods = _diff(self._pods, parsed.pods)
+        removed_groups, added_groups = _diff(self._pod_groups, parsed.pod_groups)
         if not (removed_pods or added_pods or removed_groups or added_groups):
             return True
+        order = self._order
+        added_pods.sort(key=lambda p: pod_facts(p).order)  # (the order they are modelled in does not matter: fixed)
+        added_groups.sort(key=lambda g: (g.meta.namespace, g.meta.name))
         builder = self._builder
         if any(not _simple_pod(p, builder) for p in (*removed_pods, *added_pods)):
             return False
@@ -165,6 +174,7 @@ class KeptSnapshot:
                 continue
             del tasks[task.uid]
             del self._tasks_base[task.uid]
+            del order[task.uid]
             if task.status in ACTIVE_USED and task.node >= 0:
                 self.nodes.remove_task(task, task.node)
             if task.job is not None:
@@ -204,6 +214,7 @@ class KeptSnapshot:
             return False  # a PodGroup removed while its pods stay (they become input errors)
         # new pods: modelled as the full build models them
         touched: set[tuple[str, str]] = set()
+        nodes_added: set[int] = set()
         for pod in added_pods:
             self._pods[id(pod)] = pod
             facts = pod_facts(pod)
@@ -216,8 +227,10 @@ class KeptSnapshot:
                 continue
             self._task_of[id(pod)] = task
             tasks[task.uid] = task
+            order[task.uid] = facts.order
             if task.status in ACTIVE_USED and task.node >= 0:
                 self.nodes.add_task(task, task.node)
+                nodes_added.add(task.node)
             self._tasks_base[task.uid] = (task, task.job, task.node, task.gpu_groups, task.accepted_gpus)
             if task.job is not None:
                 touched.add((task.job.key, task.pod_set))
@@ -225,11 +238,15 @@ class KeptSnapshot:
             ps = jobs[key].pod_sets[name]
             if len(ps.tasks) > 1:
                 ps.tasks.sort(key=_task_order)
+        for j in nodes_added:  # a node's tasks in (namespace, name) order too
+            on_node = self.nodes.infos[j].tasks
+            self.nodes.infos[j].tasks = {uid: on_node[uid] for uid in sorted(on_node, key=order.__getitem__)}
         if added_pods:  # in (namespace, name) order, as the full build lists them
-            ordered = sorted(tasks.values(), key=_pod_order)
+            ordered = [tasks[uid] for uid in sorted(tasks, key=order.__getitem__)]
             tasks.clear()
             tasks.update((t.uid, t) for t in ordered)
-            snapshot.nominated = [t for t in ordered if t.pod.nominated_node_name and t.job is not None]
+        if snapshot.nominated or any(p.nominated_node_name for p in added_pods):
+            snapshot.nominated = [t for t in tasks.values() if t.pod.nominated_node_name and t.job is not None]
         if added_groups:
             ordered_jobs = sorted(jobs.items())
             jobs.clear()
@@ -241,10 +258,6 @@ class KeptSnapshot:
 
 def _task_order(t: TaskInfo) -> tuple[datetime, str]:
     return t.creation, t.uid
-
-
-def _pod_order(t: TaskInfo) -> str:
-    return f"{t.namespace}\0{t.name}"
 
 
 def _static_ids(parsed: ParsedObjects) -> tuple[tuple[int, ...], ...]:

@@ -122,9 +122,9 @@ MAX_CHANGES_KEPT = 1 << 16
 class NodeTable:
     """All nodes of a session; arrays are indexed ``[resource, node]``."""
 
-    __slots__ = ("_changes", "_changes_base", "_new_devices", "_requested", "_with_releasing", "allocatable",
-                 "any_releasing", "by_name", "dra", "gpu_capacity", "idle", "infos", "legacy_mig", "names", "releasing",
-                 "resources", "schedulable", "shared", "touched", "version")
+    __slots__ = ("_borrowed", "_changes", "_changes_base", "_new_devices", "_requested", "_with_releasing",
+                 "allocatable", "any_releasing", "by_name", "dra", "gpu_capacity", "idle", "infos", "legacy_mig",
+                 "names", "releasing", "resources", "schedulable", "shared", "touched", "version")
 
     def __init__(self, nodes: Sequence[Node], resources: ResourceIndex, gpu_memory: Sequence[float],
                  gpu_memory_synced: Sequence[bool] | None = None, *, copy_of: NodeTable | None = None) -> None:
@@ -147,6 +147,9 @@ class NodeTable:
         static.touched.clear()
         self.touched = static.touched
         self.infos: list[NodeInfo] = static.infos
+        # nodes whose per-node object is still the one of the table this one copies (NodeTable.copy): copied
+        # before the first change
+        self._borrowed: set[int] = set()
         self.idle: Vector = static.allocatable.copy()
         r, n = static.allocatable.shape
         self.releasing: Vector = np.zeros((r, n), dtype=np.float64)
@@ -175,7 +178,8 @@ class NodeTable:
         self.gpu_capacity = other.gpu_capacity
         self.schedulable = other.schedulable
         self.touched = set()
-        self.infos = [info.copy() for info in other.infos]
+        self.infos = list(other.infos)
+        self._borrowed = set(range(len(other.infos)))
         self.idle = other.idle.copy()
         self.releasing = other.releasing.copy()
         self.shared = other.shared.copy()
@@ -194,7 +198,8 @@ class NodeTable:
     def copy(self) -> NodeTable:
         """A table of the same nodes with the same tasks and accounting, its own: what a session changes in the
         copy leaves this one as it was (the kept snapshot's nodes, :mod:`kaisched.model.kept`). The per-node
-        objects are copies too (not the static ones shared with other tables), the node facts are shared."""
+        objects (tasks, host ports, shared devices) are copied when the copy first changes them, the node facts
+        are shared."""
         return NodeTable((), self.resources, (), copy_of=self)
 
     def own_nodes(self) -> None:
@@ -202,6 +207,14 @@ class NodeTable:
         later from the same nodes, which would empty them): it is kept across cycles."""
         self.infos = [info.copy() for info in self.infos]
         self.touched = set()
+
+    def _own(self, node: int) -> NodeInfo:
+        """The node's object, copied first when it is still the copied table's."""
+        info = self.infos[node]
+        if node in self._borrowed:
+            self._borrowed.discard(node)
+            info = self.infos[node] = info.copy()
+        return info
 
     def use_dra(self, dra: DraState) -> None:
         """Take the snapshot's DRA devices: each node-local GPU of a GPU driver adds one to its node's GPU row."""
@@ -247,7 +260,7 @@ class NodeTable:
             self.legacy_mig[node] += 1
         if task.claims and self.dra is not None:
             self._join_claims(task, node, 1)
-        info = self.infos[node]
+        info = self._own(node) if self._borrowed else self.infos[node]
         self.touched.add(node)
         info.tasks[task.uid] = task
         for port in task.host_ports:
@@ -270,7 +283,7 @@ class NodeTable:
             self.legacy_mig[node] -= 1
         if task.claims and self.dra is not None:
             self._join_claims(task, node, -1)
-        info = self.infos[node]
+        info = self._own(node) if self._borrowed else self.infos[node]
         info.tasks.pop(task.uid, None)
         for port in task.host_ports:
             left = info.host_ports.get(port, 0) - 1
