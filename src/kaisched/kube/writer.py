@@ -380,7 +380,8 @@ class ClusterWriter:
             self._ready[priority].appendleft(key)
         else:
             self._ready[priority].append(key)
-        if self._idle_threads == 0 and len(self._threads) < self._max_threads:
+        # a thread per lane that may run now: no more threads than the limit allows requests (more would only wait)
+        if self._idle_threads == 0 and len(self._threads) < min(self._max_threads, self.limiter.limit + 1):
             thread = threading.Thread(target=self._worker, name=f"kaisched-writer-{len(self._threads)}", daemon=True)
             self._threads.append(thread)
             thread.start()
