@@ -493,7 +493,7 @@ def report(fig: Figures) -> bool:
           f"(target <= {BURST_TARGET_S:.0f} s: {verdict(burst_ok)}); created in {_fmt(fig.burst_created_s)}; "
           f"{fig.burst_bound}/{fig.burst} bound")
     print(f"    (its last pod placed by a cycle ending {_fmt(fig.burst_placed_s)} after the first create; the rest "
-          "is the writer's binds, PodGroup creations, pod annotations and events)")
+          "is the writer's PodGroup creations and binds, which carry the pods' grouping annotations)")
     print(f"    rate {_fmt(fig.burst_rate, ' pods/s', 0)}; the plain client (kaisched stopped): "
           f"{_fmt(fig.plain_rate, ' pods/s', 0)} ({fig.plain_bound}/{fig.burst} bound {_fmt(fig.plain_bound_s)} after "
           f"its first create; created in {_fmt(fig.plain_created_s)}; its binds alone "
