@@ -36,15 +36,15 @@ def _node(i: int, unschedulable: bool = False) -> Obj:
             "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4", "pods": "20"}}}
 
 
-def _queue(name: str, parent: str | None, quota: float) -> Obj:
+def _queue(name: str, parent: str | None, quota: float, created: bool = True) -> Obj:
     res = {"gpu": {"quota": quota, "overQuotaWeight": 1, "limit": -1},
            "cpu": {"quota": -1, "overQuotaWeight": 1, "limit": -1},
            "memory": {"quota": -1, "overQuotaWeight": 1, "limit": -1}}
     spec: Obj = {"resources": res}
     if parent:
         spec["parentQueue"] = parent
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
-            "metadata": {"name": name, "creationTimestamp": _ts(T0)}, "spec": spec}
+    meta = {"name": name, "creationTimestamp": _ts(T0)} if created else {"name": name}
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": meta, "spec": spec}
 
 
 def _job(name: str, queue: str, pods: int, gpus: int, fraction: bool, priority: str, now: datetime) -> list[Obj]:
@@ -71,7 +71,8 @@ def _job(name: str, queue: str, pods: int, gpus: int, fraction: bool, priority: 
 
 def _start(config: SchedulerConfig) -> ParsedObjects:
     objs = [_node(i) for i in range(4)]
-    objs += [_queue("top", None, 16), _queue("a", "top", 6), _queue("b", "top", 6), _queue("c", "top", 4)]
+    # (queue c without a creation time: each cycle creates it at its clock)
+    objs += [_queue("top", None, 16), _queue("a", "top", 6), _queue("b", "top", 6), _queue("c", "top", 4, False)]
     return prepare(parse_objects(objs), config, T0)
 
 

@@ -62,12 +62,17 @@ def _diff(kept: dict[int, _Obj], objs: list[_Obj]) -> tuple[list[_Obj], list[_Ob
 class KeptSnapshot:
     """A snapshot model kept between cycles (module docstring); make one with :meth:`build`."""
 
-    __slots__ = ("_builder", "_jobs_base", "_node_ids", "_order", "_pod_groups", "_pods", "_static_ids", "_task_of",
-                 "_tasks_base", "nodes", "options", "pod_slots", "snapshot", "updates")
+    __slots__ = ("_builder", "_jobs_base", "_latest_queue", "_node_ids", "_order", "_pod_groups", "_pods",
+                 "_static_ids", "_task_of", "_tasks_base", "_untimed", "nodes", "options", "pod_slots", "snapshot",
+                 "updates")
 
     def __init__(self, snapshot: Snapshot, builder: SnapshotBuilder, parsed: ParsedObjects,
-                 options: SnapshotOptions) -> None:
+                 options: SnapshotOptions, untimed: tuple[str, ...] = ()) -> None:
         self.snapshot = snapshot
+        # the queues without a creation time (a full build creates them at its clock), and the latest one given
+        self._untimed = untimed
+        timed = [q.creation for q in snapshot.queues.queues.values() if q.name not in untimed]
+        self._latest_queue: datetime | None = max(timed) if timed else None
         self._builder = builder
         self.options = options
         self.nodes = snapshot.nodes
@@ -100,9 +105,10 @@ class KeptSnapshot:
         (the snapshot returned is then the first session's, see :meth:`session_snapshot`)."""
         builder = SnapshotBuilder(parsed, now, options)
         snapshot = builder.build()
-        if not _keepable(parsed, snapshot, builder, now, options):
+        untimed = _untimed_queues(parsed, snapshot, now)
+        if untimed is None or not _keepable(parsed, snapshot, builder, now, options):
             return snapshot, None
-        kept = cls(snapshot, builder, parsed, options)
+        kept = cls(snapshot, builder, parsed, options, untimed)
         return kept.session_snapshot(now), kept
 
     # ---- one cycle -------------------------------------------------------------------------------------
@@ -114,6 +120,8 @@ class KeptSnapshot:
 
     def _session_snapshot(self, now: datetime) -> Snapshot:
         s = self.snapshot
+        for name in self._untimed:  # (created at the cycle's clock, as a full build makes them)
+            s.queues.queues[name].creation = now
         return Snapshot(now=now, resources=s.resources, nodes=self.nodes.copy(), queues=s.queues, jobs=s.jobs,
                         tasks=s.tasks, total=s.total, min_node_gpu_memory=s.min_node_gpu_memory, errors=[],
                         topologies=s.topologies, dra=None, nominated=list(s.nominated))
@@ -142,7 +150,8 @@ class KeptSnapshot:
         model; None when a full build must answer (module docstring: the model is then no longer valid)."""
         if (options != self.options or parsed.errors or parsed.workloads or parsed.device_classes
                 or parsed.resource_slices or parsed.resource_claims or parsed.resource_claim_templates
-                or tuple(map(id, parsed.nodes)) != self._node_ids or _static_ids(parsed) != self._static_ids):
+                or tuple(map(id, parsed.nodes)) != self._node_ids or _static_ids(parsed) != self._static_ids
+                or (self._untimed and self._latest_queue is not None and now <= self._latest_queue)):
             return None
         self._reset()  # tasks and jobs back as modelled: as the kept nodes account them
         if not self._apply(parsed):
@@ -278,6 +287,16 @@ def _simple_pod(pod: Pod, builder: SnapshotBuilder) -> bool:
     return facts.group_name is not None and all(name in builder.vector_names for name in facts.extended)
 
 
+def _untimed_queues(parsed: ParsedObjects, snapshot: Snapshot, now: datetime) -> tuple[str, ...] | None:
+    """The queues a full build at ``now`` created at its clock (Queues without a creation time, KAI's default
+    queues), when a later clock orders them alike (every other queue was created before ``now``); None otherwise."""
+    given = {q.meta.name for q in parsed.queues if q.meta.creation_timestamp is not None}
+    untimed = tuple(sorted(name for name in snapshot.queues.queues if name not in given))
+    if untimed and any(q.creation >= now for name, q in snapshot.queues.queues.items() if name in given):
+        return None
+    return untimed
+
+
 def _keepable(parsed: ParsedObjects, snapshot: Snapshot, builder: SnapshotBuilder, now: datetime,
               options: SnapshotOptions) -> bool:
     """A full build that later cycles may update (module docstring)."""
@@ -285,8 +304,6 @@ def _keepable(parsed: ParsedObjects, snapshot: Snapshot, builder: SnapshotBuilde
             or parsed.workloads or parsed.device_classes or parsed.resource_slices or parsed.resource_claims
             or parsed.resource_claim_templates):
         return False
-    if any(q.creation == now for q in snapshot.queues.queues.values()):
-        return False  # (a queue created at this cycle's clock: the default queues, a Queue without a time)
     for objs in (parsed.pods, parsed.pod_groups):
         for o in objs:
             if o.meta.creation_timestamp is None:
