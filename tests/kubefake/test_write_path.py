@@ -4,12 +4,15 @@ on the Binding), priorities (binds before events), and the event recorder's aggr
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from kaisched.cluster.schedule import resolve_config
+from kaisched.framework.config import SchedulerConfig
 from kaisched.kube.api import ApiError
 from kaisched.kube.client import KubeClient
 from kaisched.kube.concurrency import AdaptiveLimit
@@ -24,6 +27,7 @@ from kaisched.kube.operations import (
     fold_grouping,
     new_event,
 )
+from kaisched.kube.runner import KubeScheduler, RunOptions
 from kaisched.kube.writer import ClusterWriter, Failure
 from tests.kubefake.conftest import wait_until
 from tests.kubefake.server import FakeApiServer
@@ -338,3 +342,18 @@ def test_events_queue_is_bounded_like_client_gos_recorder(server: FakeApiServer,
     gate.release()
     assert writer.drain(10)
     assert server.count("POST", r"/events$") == 3 and writer.stats()["eventsQueued"] == 0
+
+
+def test_kaisched_run_schedules_with_a_short_gil_switch_interval_and_restores_it(client: KubeClient) -> None:
+    seen: list[float] = []
+    before = sys.getswitchinterval()
+    scheduler = KubeScheduler(client, resolve_config(SchedulerConfig()),
+                              RunOptions(listen_port=None, max_cycles=1, dra_version="off", sync_timeout=10))
+    scheduler.cycle_listeners.append(lambda *_: seen.append(sys.getswitchinterval()))
+    scheduler.start()
+    try:
+        assert scheduler.run() == 0
+    finally:
+        scheduler.close()
+    assert seen == [pytest.approx(0.0005)]  # while the cycles run: writer threads get the GIL back sooner
+    assert sys.getswitchinterval() == before
