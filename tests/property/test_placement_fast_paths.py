@@ -22,6 +22,7 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import random
 from collections import Counter
@@ -33,7 +34,7 @@ from unittest import mock
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 
 from kaisched.actions import evicting, placement
 from kaisched.actions.evicting import EvictingAction, PreemptAction
@@ -48,7 +49,17 @@ from kaisched.model.snapshot import build_snapshot
 from kaisched.model.status import TaskStatus
 from kaisched.model.task import TaskInfo
 from kaisched.plugins.registry import build_plugins
-from tests.property.test_eviction_invariants import ACTION_CONFIGS, NOW, SETTINGS, Cluster, eviction_clusters
+from tests.property.test_eviction_invariants import (
+    ACTION_CONFIGS,
+    NOW,
+    SETTINGS,
+    Cluster,
+    GroupSpec,
+    NodeSpec,
+    PodSpec,
+    QueueSpec,
+    eviction_clusters,
+)
 from tests.property.test_fast_paths import busy_cluster_decides_alike, decide_alike
 
 
@@ -118,8 +129,10 @@ def _own_state_per_action(original: Any) -> Any:
 
 
 def _plain_victim(job: PodGroupInfo) -> bool:
+    """Settled active pods, no bind in flight, and no pod placed by this cycle (one eviction per pod per cycle)."""
     tasks = job.tasks
-    return not any(t.status is TaskStatus.BINDING for t in tasks) and any(t.is_settled_active for t in tasks)
+    return (not any(t.status is TaskStatus.BINDING or t.placed_in_cycle for t in tasks)
+            and any(t.is_settled_active for t in tasks))
 
 
 def _plain_may_have_victims(self: PreemptAction, ssn: Session, job: PodGroupInfo) -> bool:
@@ -156,7 +169,74 @@ def test_the_plain_paths_are_really_swapped_in() -> None:
     assert placement.fit_error_histogram is not _plain_histogram
 
 
+# Found by ``make fuzz`` (seed 424345207585006814): reclaim pipelines g7 (q1) onto g2-1's place, and preempt then looks
+# for victims for g6 (q1's lower-priority g7 among them). The plain ``may_be_victim`` had not been told that a job
+# with a pod placed by this cycle is no victim (one eviction per pod per cycle), and preempted the pipelined g7.
+PLACED_PREEMPTOR_PREEMPTED = Cluster(
+    nodes=[NodeSpec(name='n0', gpus=2, cpu=64, memory=512), NodeSpec(name='n1', gpus=4, cpu=64, memory=512),
+        NodeSpec(name='n2', gpus=5, cpu=64, memory=512), NodeSpec(name='n3', gpus=5, cpu=64, memory=512)],
+    queues=[
+        QueueSpec(name='d0', parent=None, gpu=-1, gpu_limit=-1, gpu_weight=1, priority=100, preempt_min_runtime=None,
+            reclaim_min_runtime=None),
+        QueueSpec(name='d1', parent=None, gpu=-1, gpu_limit=-1, gpu_weight=1, priority=100, preempt_min_runtime=None,
+            reclaim_min_runtime=None),
+        QueueSpec(name='q0', parent='d0', gpu=0, gpu_limit=-1, gpu_weight=0, priority=100, preempt_min_runtime=None,
+            reclaim_min_runtime=None),
+        QueueSpec(name='q1', parent='d1', gpu=2, gpu_limit=-1, gpu_weight=0, priority=100, preempt_min_runtime=None,
+            reclaim_min_runtime=None),
+        QueueSpec(name='q2', parent='d0', gpu=2, gpu_limit=4, gpu_weight=1, priority=100, preempt_min_runtime=None,
+            reclaim_min_runtime=None),
+    ],
+    groups=[
+        GroupSpec(name='g0', ns='ns0', queue='q0', min_member=1, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g0-0', gpus=1, cpu=1, memory=1, node='n3', deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g1', ns='ns1', queue='q0', min_member=3, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 1, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g1-0', gpus=4, cpu=1, memory=1, node='n2', deleting=False, absent=0, nominated=''),
+            PodSpec(name='g1-1', gpus=2, cpu=1, memory=1, node='n0', deleting=False, absent=0, nominated=''),
+            PodSpec(name='g1-2', gpus=1, cpu=1, memory=1, node='n3', deleting=False, absent=0, nominated=''),
+        ], last_start=datetime.datetime(2025, 1, 1, 11, 59, 55, tzinfo=datetime.UTC), stale_since=None),
+        GroupSpec(name='g2', ns='ns0', queue='q0', min_member=1, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 2, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g2-0', gpus=2, cpu=1, memory=1, node='n3', deleting=False, absent=0, nominated=''),
+            PodSpec(name='g2-1', gpus=2, cpu=1, memory=1, node='n1', deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g3', ns='ns1', queue='q0', min_member=1, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 3, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g3-0', gpus=3, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g4', ns='ns0', queue='q0', min_member=1, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 4, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g4-0', gpus=1, cpu=1, memory=1, node='n2', deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g5', ns='ns1', queue='q0', min_member=1, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 5, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g5-0', gpus=4, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+            PodSpec(name='g5-1', gpus=4, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g6', ns='ns0', queue='q2', min_member=2, priority_class='build-preemptible',
+            preemptibility=None, created=datetime.datetime(2025, 1, 1, 11, 0, 6, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g6-0', gpus=1, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+            PodSpec(name='g6-1', gpus=2, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g7', ns='ns1', queue='q2', min_member=2, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 7, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g7-0', gpus=2, cpu=1, memory=1, node='n1', deleting=False, absent=0, nominated=''),
+            PodSpec(name='g7-1', gpus=1, cpu=1, memory=1, node='n3', deleting=False, absent=0, nominated=''),
+            PodSpec(name='g7-2', gpus=1, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+        GroupSpec(name='g8', ns='ns0', queue='q0', min_member=1, priority_class='train', preemptibility=None,
+            created=datetime.datetime(2025, 1, 1, 11, 0, 8, tzinfo=datetime.UTC), pods=[
+            PodSpec(name='g8-0', gpus=2, cpu=1, memory=1, node=None, deleting=False, absent=0, nominated=''),
+        ], last_start=None, stale_since=None),
+    ],
+    default_preempt='0s', default_reclaim='0s', resolve_method='lca', claims=True)
+
+
 @SETTINGS
+@example(cluster=PLACED_PREEMPTOR_PREEMPTED, actions=None)
 @given(eviction_clusters(), ACTION_CONFIGS)
 def test_fast_paths_decide_as_the_plain_ones(cluster: Cluster, actions: str | None) -> None:
     decide_alike(cluster, actions, plain_paths)
