@@ -1,7 +1,7 @@
 """The convergence figures of issue 23: ``python -m tests.property.convergence_figures [N]`` draws N random eviction
 clusters (fresh examples, the generator of ``test_convergence``), runs each to its fixed point on the embedded
-cluster and prints: how many reached one and at which cycle, and per cycle the GPUs evicted for good over the GPUs
-given to pipelined preemptors."""
+cluster and prints: how many reached one and at which cycle, per cycle the GPUs evicted for good over the GPUs given to
+pipelined preemptors, and how many pods were evicted twice for the same preemptor."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from tests.property.test_convergence import evicted_and_gained, run_cycles
 from tests.property.test_eviction_invariants import Cluster, eviction_clusters
 
-Run = tuple[int | None, float, int, int]
+Run = tuple[int | None, float, int, int, int]
 
 
 def collect(n: int) -> list[Run]:
@@ -34,7 +34,9 @@ def collect(n: int) -> list[Run]:
             gained_total += gained
             if evicted:
                 ratios.append(evicted / gained if gained else float("inf"))
-        runs.append((run.quiet_at, max(ratios, default=0.0), evicted_total, gained_total))
+        pairs = Counter((e.pod, e.preemptor) for r in run.results for e in r.evictions if e.preemptor)
+        twice = sum(1 for n in pairs.values() if n > 1)
+        runs.append((run.quiet_at, max(ratios, default=0.0), evicted_total, gained_total, twice))
 
     one()
     return runs
@@ -53,6 +55,8 @@ def main(argv: list[str]) -> None:
               f"{statistics.median(ratios):.2f}, max {max(ratios):.2f}")
     print(f"over all runs: {sum(r[2] for r in runs)} GPUs evicted for good, "
           f"{sum(r[3] for r in runs)} GPUs given to pipelined preemptors")
+    print(f"pods evicted twice for the same preemptor: {sum(r[4] for r in runs)} "
+          f"(in {sum(1 for r in runs if r[4])} runs)")
 
 
 if __name__ == "__main__":
