@@ -357,3 +357,17 @@ def test_kaisched_run_schedules_with_a_short_gil_switch_interval_and_restores_it
         scheduler.close()
     assert seen == [pytest.approx(0.0005)]  # while the cycles run: writer threads get the GIL back sooner
     assert sys.getswitchinterval() == before
+
+
+def test_filtered_events_and_the_writers_limit_are_exported_as_metrics(client: KubeClient) -> None:
+    scheduler = KubeScheduler(client, resolve_config(SchedulerConfig()), RunOptions(listen_port=None))
+    memory = scheduler.planner.events
+    memory.burst = 1
+    memory.begin()
+    assert memory.event(pod_ref(), "Normal", "Reason", "one", NOW) is not None
+    assert memory.event(pod_ref(), "Normal", "Reason", "two", NOW) is None  # over the object's rate
+    memory.end(NOW)
+    scheduler.metrics.observe_write(24, True)
+    text = scheduler.metrics.render().decode()
+    assert 'kai_events_filtered_total{reason="spam"} 1.0' in text
+    assert "kai_write_concurrency_limit 24.0" in text and "kai_write_pushbacks_total 1.0" in text

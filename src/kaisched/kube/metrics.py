@@ -229,9 +229,9 @@ class SchedulerMetrics:
                                              "server's answers: 429, Retry-After, latency)", namespace=ns, registry=reg)
         self.write_pushbacks = Counter("write_pushbacks", "API server answers asking for fewer requests (429, 503, "
                                        "504) to the cluster writer", namespace=ns, registry=reg)
-        self.events_filtered = Counter("events_filtered", "Events not written: over an object's event rate "
-                                       "(spam filter) or combined into an aggregate", ["reason"], namespace=ns,
-                                       registry=reg)
+        self.events_filtered = Counter("events_filtered", "Events not written as such: over an object's event "
+                                       "rate (spam), combined with similar ones (aggregated), or the event queue "
+                                       "full (queue_full)", ["reason"], namespace=ns, registry=reg)
         # kaisched's own: the capacity the queues divided (a capacity query for time-based fair share where
         # kube-state-metrics is not scraped), and the usage source's health and answers (spec 5.7)
         self.cluster_capacity_gpus = Gauge("cluster_capacity_gpus", "GPUs the queues divided in the last cycle",
