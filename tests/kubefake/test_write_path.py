@@ -371,3 +371,20 @@ def test_filtered_events_and_the_writers_limit_are_exported_as_metrics(client: K
     text = scheduler.metrics.render().decode()
     assert 'kai_events_filtered_total{reason="spam"} 1.0' in text
     assert "kai_write_concurrency_limit 24.0" in text and "kai_write_pushbacks_total 1.0" in text
+
+
+def test_a_failed_creation_stops_failing_binds_once_the_cache_shows_the_pod_group(
+        server: FakeApiServer, make_writer: Any, failures: list[Failure]) -> None:
+    uids = seed_pods(server, 2)
+    writer: ClusterWriter = make_writer(workers=2, max_attempts=1)
+    server.fail_next("POST", r"/podgroups$", 422, message="spec.queue: Required value")
+    writer.submit([create_group("pg-0", "p0"), bind("p0", uids["p0"], group="pg-0")])
+    assert writer.drain(10) and len(failures) == 2
+    cached: dict[str, Any] = {}
+    writer.settle(lambda kind, key: cached.get(f"{kind}:{key}"))
+    writer.submit([bind("p1", uids["p1"], group="pg-0")])  # still failing: nothing shows the PodGroup
+    assert writer.drain(10) and len(failures) == 3 and server.count("POST", r"/binding$") == 0
+    cached[f"PodGroup:{NS}/pg-0"] = {"metadata": {"name": "pg-0", "namespace": NS}}  # a user made it meanwhile
+    writer.settle(lambda kind, key: cached.get(f"{kind}:{key}"))
+    writer.submit([bind("p1", uids["p1"], group="pg-0")])
+    assert writer.drain(10) and len(failures) == 3 and server.count("POST", r"/binding$") == 1

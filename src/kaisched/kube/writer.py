@@ -517,7 +517,10 @@ class ClusterWriter:
                         or flight.replaced(pod) or now - flight.done_at >= self.settle_timeout):
                     del self._evictions[key]
             self._recent = {k: v for k, v in self._recent.items() if now - v[1] < self.settle_timeout}
-            self._create_failed = {k: v for k, v in self._create_failed.items() if now - v[1] < self.settle_timeout}
+            # a failed creation stops failing binds once the cache shows the object (made by someone else) or after
+            # settle_timeout; a new creation of it resets it at once
+            self._create_failed = {k: v for k, v in self._create_failed.items()
+                                   if now - v[1] < self.settle_timeout and lookup(*k.split(":", 1)) is None}
         self.claims.settle(lookup)
 
     def pending(self) -> int:
