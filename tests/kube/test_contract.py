@@ -438,6 +438,9 @@ def test_leader_election_only_the_leader_binds_and_a_standby_takes_over_when_it_
     for name in before:
         cluster.pod(name, q["a"], 1)
     cluster.wait_bound(before)
+    # (events are written after the binds, as client-go's recorder does: a leader killed before they are sent takes
+    # them with it, and the standby does not report pods it did not bind)
+    cluster.wait_scheduled(before)
     lease = cluster.kube.get(lease_path)
     assert lease is not None and lease["spec"]["holderIdentity"].startswith("replica-a_"), lease
     assert not standby.cycles(), "the standby must not run cycles"
