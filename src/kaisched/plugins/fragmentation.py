@@ -64,6 +64,9 @@ class Workload:
     def __init__(self, cpu: FloatArray, memory: FloatArray, devices: FloatArray, portion: FloatArray,
                  weight: FloatArray) -> None:
         self.cpu, self.memory, self.devices, self.portion, self.weight = cpu, memory, devices, portion, weight
+        # the same, shaped for broadcasting over (nodes, shapes[, devices]) (fragmentation)
+        self.cpu_row, self.memory_row, self.devices_row = cpu[None, :], memory[None, :], devices[None, :]
+        self.portion_cube = portion[None, :, None]
 
     def __len__(self) -> int:
         return len(self.weight)
@@ -105,12 +108,12 @@ def _shape(task: TaskInfo) -> tuple[float, float, float, float] | None:
 def fragmentation(cpu: FloatArray, memory: FloatArray, free: FloatArray, workload: Workload) -> FloatArray:
     """Each node state's expected free GPU the workload's next pod could not use (``free``: per node and device,
     the share of the device free; -1 for devices a node does not have). One pass over nodes x shapes x devices."""
-    room = np.where(free > 0, free, 0.0)  # (nodes, devices)
+    room = np.maximum(free, 0.0)  # (nodes, devices)
     total = room.sum(axis=1)
-    fits = free[:, None, :] + EPS >= workload.portion[None, :, None]  # (nodes, shapes, devices)
-    host = (cpu[:, None] + EPS >= workload.cpu[None, :]) & (memory[:, None] + EPS >= workload.memory[None, :]) \
-        & (fits.sum(axis=2) >= workload.devices[None, :])
-    small = np.where(fits, 0.0, room[:, None, :]).sum(axis=2)  # (nodes, shapes)
+    fits = free[:, None, :] + EPS >= workload.portion_cube  # (nodes, shapes, devices)
+    host = (cpu[:, None] + EPS >= workload.cpu_row) & (memory[:, None] + EPS >= workload.memory_row) \
+        & (fits.sum(axis=2) >= workload.devices_row)
+    small = np.where(fits, 0.0, room[:, None, :]).sum(axis=2)  # (nodes, shapes): room on devices too small
     lost = np.where(host, small, total[:, None])
     out: FloatArray = lost @ workload.weight
     return out
@@ -176,8 +179,11 @@ class FragmentationPlugin(Plugin):
         self.max_gpus = float(width)
         self.max_mem = max(float(np.max(ssn.nodes.allocatable[MEMORY], initial=0.0)), 1.0)
         self.node_version: npt.NDArray[np.int64] = np.zeros(n, dtype=np.int64)  # bumped by each refresh of a node
-        # per task shape: the node version each node's gain was figured at, and the gains
-        self._gains: dict[tuple[float, float, GpuKind, int, float], tuple[npt.NDArray[np.int64], FloatArray]] = {}
+        # per task shape: the node version each node's gain was figured at, the gains and, for a share of one
+        # device, the free share of the device the measure chooses on each node (NaN: not figured)
+        self._gains: dict[tuple[float, float, GpuKind, int, float],
+                          tuple[npt.NDArray[np.int64], FloatArray, FloatArray]] = {}
+        self._chosen: FloatArray = np.zeros(0)
         self._refresh(np.arange(n))
         self.version = ssn.nodes.version
         ssn.add_node_scorer(self.score, neutral=self.neutral)
@@ -198,7 +204,7 @@ class FragmentationPlugin(Plugin):
             whole = max(math.floor(float(table.idle[GPU, j]) + EPS), 0)
             k = 0
             mem = float(shared.mem[j])
-            for grp in sorted(shared.groups[j].values(), key=lambda g: g.name):
+            for grp in shared.groups[j].values():  # (in any order: the measure does not depend on it)
                 if k >= cap or grp.empty:
                     continue
                 row[k] = max(grp.free_pipe(mem), 0.0) / mem if mem > 0 and grp.shareable else 0.0
@@ -231,11 +237,16 @@ class FragmentationPlugin(Plugin):
         known = self._gains.get(key)
         if known is None:
             n = len(self.frag)
-            known = self._gains[key] = (np.full(n, -1, dtype=np.int64), np.zeros(n))
-        version, gains = known
+            known = self._gains[key] = (np.full(n, -1, dtype=np.int64), np.zeros(n), np.full(n, np.nan))
+        version, gains, chosen = known
         stale = idx[version.take(idx) != self.node_version.take(idx)]
         if len(stale):
+            shared = g.kind is GpuKind.FRACTION
+            if shared:
+                self._chosen = np.full(len(stale), np.nan)
             gains[stale] = self._gain(task, stale)
+            if shared:
+                chosen[stale] = self._chosen
             version[stale] = self.node_version.take(stale)
         out: Vector = gains.take(idx) * self.weight
         return out
@@ -253,7 +264,7 @@ class FragmentationPlugin(Plugin):
             taken = whole & (np.cumsum(whole, axis=1) <= g.count)
             free[taken] = 0.0
         elif g.kind is GpuKind.FRACTION and g.count > 0 and self.devices:
-            after = self._best_devices(cpu, memory, free, g.portion, g.count)
+            after, free, self._chosen = self._best_devices(cpu, memory, free, g.portion, g.count)
         elif g.kind is GpuKind.FRACTION and g.count > 0:
             rows = np.arange(len(idx))
             used = np.zeros(free.shape, dtype=np.bool_)
@@ -276,41 +287,49 @@ class FragmentationPlugin(Plugin):
     def _dominant_left(self, cpu: FloatArray, memory: FloatArray, free: FloatArray) -> FloatArray:
         """Per node state, the largest of what it has left of CPU, memory and GPU (free devices and shares), each
         as a share of the largest node's (0..1): best fit by the dominant resource, as in DRF's dominant share."""
-        left = np.maximum(np.clip(cpu, 0.0, None) / self.max_cpu, np.clip(memory, 0.0, None) / self.max_mem)
-        gpus = np.where(free > 0, free, 0.0).sum(axis=1) / self.max_gpus
-        out: FloatArray = np.clip(np.maximum(left, gpus), 0.0, 1.0)
+        out: FloatArray = np.maximum(cpu / self.max_cpu, memory / self.max_mem)
+        np.maximum(out, np.maximum(free, 0.0).sum(axis=1) / self.max_gpus, out=out)
+        np.clip(out, 0.0, 1.0, out=out)  # (a share below 0 of one resource: the others' decide)
         return out
 
     def _best_devices(self, cpu: FloatArray, memory: FloatArray, free: FloatArray, portion: float, count: int
-                      ) -> FloatArray:
+                      ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Each node's fragmentation after a share of ``portion`` of ``count`` devices is placed on the devices
-        that leave the least (one device at a time, the best first; ``free`` is updated in place). Only distinct
-        devices are tried: of devices with the same free share, the first."""
+        that leave the least (one device at a time, the best first), the nodes' devices after it (sorted: the
+        measure does not depend on their order) and the free share of the first device chosen (NaN: none). Of
+        devices with the same free share only one is tried; of devices that leave the same, the fullest is chosen
+        (gpupack's choice among them)."""
+        free = np.sort(free, axis=1)
         m, w = free.shape
         rows = np.arange(m)
         used = np.zeros(free.shape, dtype=np.bool_)
         best: FloatArray = np.full(m, np.inf)
-        for _ in range(count):
+        first_free: FloatArray = np.full(m, np.nan)
+        for k in range(count):
             ok = (free + EPS >= portion) & ~used
-            dup = np.zeros(free.shape, dtype=np.bool_)
-            for d in range(1, w):  # a device like an earlier one that can take the share: the same state
-                dup[:, d] = ok[:, d] & (ok[:, :d] & (np.abs(free[:, :d] - free[:, d:d + 1]) < EPS)).any(axis=1)
-            node, dev = np.nonzero(ok & ~dup)
+            # a device like the one before it (sorted), both able to take the share: the same state
+            ok[:, 1:] &= ~(ok[:, :-1] & (np.abs(free[:, 1:] - free[:, :-1]) < EPS))
+            node, dev = np.nonzero(ok)
             if not len(node):
                 break
-            states = free[node].copy()
+            states = free[node]
             states[np.arange(len(node)), dev] -= portion
             frag = fragmentation(cpu[node], memory[node], states, self.workload)
             best = np.full(m, np.inf)
             np.minimum.at(best, node, frag)
-            # the first device (in position order) reaching the node's minimum
+            # the first device (the fullest) within a micro-GPU of the node's minimum
             first = np.full(m, w, dtype=np.int64)
-            hit = frag <= best[node]
+            hit = frag <= best[node] + 5e-7
             np.minimum.at(first, node[hit], dev[hit])
             has = first < w
+            if k == 0:
+                first_free[has] = free[rows[has], first[has]]
             free[rows[has], first[has]] -= portion
             used[rows[has], first[has]] = True
-        return np.where(np.isfinite(best), best, fragmentation(cpu, memory, free, self.workload))
+        none = ~np.isfinite(best)  # (no device could take it: the state as it is)
+        if none.any():
+            best[none] = fragmentation(cpu[none], memory[none], free[none], self.workload)
+        return best, free, first_free
 
     def device_score(self, task: TaskInfo, node: int, frees: FloatArray) -> FloatArray:
         """Per candidate device of a share on ``node`` (its free share; 1.0 a whole free GPU): minus the node's
@@ -318,8 +337,16 @@ class FragmentationPlugin(Plugin):
         GPU order functions (gpupack's fullest device breaks the ties). A candidate the plugin does not see free
         (a GPU being released) scores as the node's fragmentation plus one GPU."""
         self._sync()
+        g = task.gpu
+        known = self._gains.get((float(task.req[CPU]), float(task.req[MEMORY]), g.kind, g.count, g.portion))
+        if known is not None and g.count == 1 and known[0][node] == self.node_version[node]:
+            best = float(known[2][node])  # (the device the node's score counted: figured already)
+            hit = np.abs(frees - best) < 1e-6
+            if bool(hit.any()):
+                scored: FloatArray = np.where(hit, 0.0, -1e7)
+                return scored
         row = self.free[node]
-        portion = task.gpu.portion if task.gpu.kind is GpuKind.FRACTION else 1.0
+        portion = g.portion if g.kind is GpuKind.FRACTION else 1.0
         states = np.repeat(row[None, :], len(frees), axis=0)
         found = np.zeros(len(frees), dtype=np.bool_)
         for k, f in enumerate(frees.tolist()):
