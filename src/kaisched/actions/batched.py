@@ -73,15 +73,18 @@ class one_at_a_time:  # (named as it is used: ``with one_at_a_time():``)
 #: changes), it is computed afresh
 REBUILD_SHARE = 8
 REBUILD_LEAST = 32
+#: up to this many changed nodes are brought up to date one by one, more with one vectorised fit over them
+SCALAR_UPDATES = 16
 
 
 class _Ranking:
     """One task shape's fitting nodes in rank order (see the module doc)."""
 
-    __slots__ = ("fit0", "floors", "heap", "rank", "row", "rows", "tier", "version")
+    __slots__ = ("fit0", "floors", "heap", "passes", "rank", "row", "rows", "tier", "version")
 
     def __init__(self, fit0: BoolArray, row: int, tier: NodeTier | None, req: Vector) -> None:
         self.fit0 = fit0
+        self.passes: list[bool] = fit0.tolist()  # (the same, read node by node)
         self.row = row
         self.tier = tier
         # the rows the task asks for and the least each must have (NodeTable.fits: the request less the tolerance)
@@ -158,43 +161,45 @@ class RankedPlacements:
         fit = nodes.fits_task(task, with_releasing=True) & ranking.fit0
         r = ranking.row
         at = np.flatnonzero(fit)
-        values = (nodes.idle[r].take(at) + nodes.releasing[r].take(at)).tolist()
-        tiers = RankedPlacements._tiers(task, ranking, at)
+        values = nodes.idle[r].take(at) + nodes.releasing[r].take(at)
+        tiers = np.array(RankedPlacements._tiers(task, ranking, at), dtype=np.int64)
+        order = np.lexsort((at, values, tiers))  # (tier, amount, node)
+        ts, vs, js = tiers[order].tolist(), values[order].tolist(), at[order].tolist()
         rank: list[Rank | None] = [None] * len(nodes)
-        heap: list[tuple[int, float, int]] = []
-        for j, t, v in zip(at.tolist(), tiers, values, strict=True):
+        for j, t, v in zip(js, ts, vs, strict=True):
             rank[j] = (t, v)
-            heap.append((t, v, j))
-        heap.sort()  # (a sorted list is a heap)
-        ranking.rank, ranking.heap = rank, heap
+        ranking.rank = rank
+        ranking.heap = list(zip(ts, vs, js, strict=True))  # (a sorted list is a heap)
         ranking.version = nodes.version
 
     @staticmethod
     def _update(ssn: Session, task: TaskInfo, ranking: _Ranking, changed: list[int]) -> None:
-        """Bring the nodes ``changed`` up to date: their fit (the same comparisons as ``NodeTable.fits_at``; for a
-        task with shared devices that method itself), their tier and their amount."""
+        """Bring the nodes ``changed`` up to date: their fit (``NodeTable.fits_task_at`` on them; a few nodes of a task
+        without shared devices one by one, with the same comparisons as ``NodeTable.fits_at``), their tier and their
+        amount."""
         nodes = ssn.nodes
         r = ranking.row
         idle, releasing = nodes.idle, nodes.releasing
         fit0 = ranking.fit0
         fitting: list[int] = []
         gone: list[int] = []
-        if task.gpu.shared:
+        if task.gpu.shared or len(changed) > SCALAR_UPDATES:
             at = np.array(changed, dtype=np.int64)
             ok = (nodes.fits_task_at(task, at, with_releasing=True) & fit0.take(at)).tolist()
             for j, f in zip(changed, ok, strict=True):
                 (fitting if f else gone).append(j)
         else:
-            rows, floors = ranking.rows, ranking.floors
+            rows, floors, passes = ranking.rows, ranking.floors, ranking.passes
             with_releasing = nodes.any_releasing
             for j in changed:
-                fits = bool(fit0[j])
+                fits = passes[j]
                 if fits:
+                    have: list[float] = idle[:, j].tolist()
+                    if with_releasing:
+                        more: list[float] = releasing[:, j].tolist()
+                        have = [a + b for a, b in zip(have, more, strict=True)]
                     for row, floor in zip(rows, floors, strict=True):
-                        avail = float(idle[row, j])
-                        if with_releasing:
-                            avail += float(releasing[row, j])
-                        if not avail >= floor:
+                        if not have[row] >= floor:
                             fits = False
                             break
                 (fitting if fits else gone).append(j)
@@ -205,7 +210,7 @@ class RankedPlacements:
             tiers = RankedPlacements._tiers(task, ranking, np.array(fitting, dtype=np.int64)) \
                 if ranking.tier is not None else [0] * len(fitting)
             for j, t in zip(fitting, tiers, strict=True):
-                v = float(idle[r, j]) + float(releasing[r, j])
+                v = float(idle[r, j] + releasing[r, j])
                 current = rank[j]
                 if current is None or current[0] != t or current[1] != v:
                     rank[j] = (t, v)
