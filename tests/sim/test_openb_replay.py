@@ -108,16 +108,18 @@ def test_the_simulator_reports_stranded_gpus(tmp_path: Path) -> None:
 def test_the_example_replay_loads_with_its_documented_window() -> None:
     sc = load_scenario(EXAMPLE)
     nodes = [o for o in sc.cluster if o["kind"] == "Node"]
-    assert len(nodes) == 150 and sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes) == 783
-    assert len(sc.arrivals) + len(sc.dropped) == 2000
-    assert max(a.time for a in sc.arrivals) < 3 * 3600
+    assert len(nodes) == 300 and sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes) == 1607
+    assert len(sc.arrivals) == 8152 and not sc.dropped and sc.until == 8 * 3600
+    assert max(a.time for a in sc.arrivals) < 3.6 * 3600
 
 
 @pytest.mark.skipif(not (OPENB / "openb_pod_list_default.csv").exists(), reason="no OpenB trace")
 def test_the_example_replay_compares_kai_default_and_fragmentation_aware(tmp_path: Path) -> None:
-    # the example's first 300 pods on its 150 nodes: both policies in one run, side by side
+    # the example's 300 earliest pods on its first 50 nodes: both policies in one run, side by side
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["workload"]["trace"]["limit"] = 300
+    doc["cluster"]["node_list"]["limit"] = 50
+    doc["impossible_jobs"] = "drop"
     small = tmp_path / "replay.yaml"
     doc["cluster"]["node_list"]["path"] = str(OPENB / "openb_node_list_gpu_node.csv")
     doc["workload"]["trace"]["path"] = str(OPENB / "openb_pod_list_default.csv")
