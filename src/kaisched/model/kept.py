@@ -69,6 +69,7 @@ class KeptSnapshot:
     def __init__(self, snapshot: Snapshot, builder: SnapshotBuilder, parsed: ParsedObjects,
                  options: SnapshotOptions, untimed: tuple[str, ...] = ()) -> None:
         self.snapshot = snapshot
+        builder.parsed = ParsedObjects(errors=parsed.errors)  # (its updates read the input errors only)
         # the queues without a creation time (a full build creates them at its clock), and the latest one given
         self._untimed = untimed
         timed = [q.creation for q in snapshot.queues.queues.values() if q.name not in untimed]
