@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from kaisched.k8s import constants as C
-from kaisched.k8s.objects import ParsedObjects, Pod, PodGroup
+from kaisched.k8s.objects import KubeObject, ParsedObjects, Pod, PodGroup
 from kaisched.model.job import FitError, PodGroupInfo
 from kaisched.model.pod_facts import pod_facts, retain
 from kaisched.model.resources import PODS
@@ -62,9 +62,8 @@ def _diff(kept: dict[int, _Obj], objs: list[_Obj]) -> tuple[list[_Obj], list[_Ob
 class KeptSnapshot:
     """A snapshot model kept between cycles (module docstring); make one with :meth:`build`."""
 
-    __slots__ = ("_builder", "_jobs_base", "_latest_queue", "_node_ids", "_order", "_pod_groups", "_pods",
-                 "_static_ids", "_task_of", "_tasks_base", "_untimed", "nodes", "options", "pod_slots", "snapshot",
-                 "updates")
+    __slots__ = ("_builder", "_jobs_base", "_latest_queue", "_order", "_pod_groups", "_pods", "_static", "_task_of",
+                 "_tasks_base", "_untimed", "nodes", "options", "pod_slots", "snapshot", "updates")
 
     def __init__(self, snapshot: Snapshot, builder: SnapshotBuilder, parsed: ParsedObjects,
                  options: SnapshotOptions, untimed: tuple[str, ...] = ()) -> None:
@@ -79,8 +78,7 @@ class KeptSnapshot:
         self.nodes = snapshot.nodes
         self.nodes.own_nodes()
         self.pod_slots = int(self.nodes.allocatable[PODS].sum())
-        self._node_ids = tuple(map(id, parsed.nodes))
-        self._static_ids = _static_ids(parsed)
+        self._static = _static(parsed)
         self._pods: dict[int, Pod] = {id(p): p for p in parsed.pods}  # kept alive: the identities stay theirs
         self._pod_groups: dict[int, PodGroup] = {id(pg): pg for pg in parsed.pod_groups}
         self._task_of: dict[int, TaskInfo] = {}  # id of a pod -> its task (pods without one are not listed)
@@ -151,7 +149,7 @@ class KeptSnapshot:
         model; None when a full build must answer (module docstring: the model is then no longer valid)."""
         if (options != self.options or parsed.errors or parsed.workloads or parsed.device_classes
                 or parsed.resource_slices or parsed.resource_claims or parsed.resource_claim_templates
-                or tuple(map(id, parsed.nodes)) != self._node_ids or _static_ids(parsed) != self._static_ids
+                or not self._same_static(parsed)
                 or (self._untimed and self._latest_queue is not None and now <= self._latest_queue)):
             return None
         self._reset()  # tasks and jobs back as modelled: as the kept nodes account them
@@ -161,9 +159,60 @@ class KeptSnapshot:
         return self._session_snapshot(now)  # (every task and job as modelled: reset above, or new)
 
     # ---- applying changes --------------------------------------------------------------------------
+    def _same_static(self, parsed: ParsedObjects) -> bool:
+        """The nodes, queues, priority classes and topologies are those of the model: the same objects, or equal
+        ones (an object written again with what the model does not read, such as a status: kept from now on)."""
+        static = _static(parsed)
+        for kept, now in zip(self._static, static, strict=True):
+            if len(kept) != len(now) or not all(a is b or a == b for a, b in zip(kept, now, strict=True)):
+                return False
+        self._static = static
+        return True
+
+    def _equal_pods(self, removed: list[Pod], added: list[Pod]) -> tuple[list[Pod], list[Pod]]:
+        """Take the added pods equal to a removed one of the same name as that one (the task stays, with the new
+        object); the pods truly removed and added."""
+        if not removed or not added:
+            return removed, added
+        by_key = {(p.meta.namespace, p.meta.name): p for p in removed}
+        fresh: list[Pod] = []
+        for pod in added:
+            old = by_key.get((pod.meta.namespace, pod.meta.name))
+            if old is None or old != pod:
+                fresh.append(pod)
+                continue
+            del by_key[(old.meta.namespace, old.meta.name)]
+            del self._pods[id(old)]
+            self._pods[id(pod)] = pod
+            task = self._task_of.pop(id(old), None)
+            if task is not None:
+                task.pod = pod
+                self._task_of[id(pod)] = task
+        return list(by_key.values()), fresh
+
+    def _equal_groups(self, removed: list[PodGroup], added: list[PodGroup]) -> tuple[list[PodGroup], list[PodGroup]]:
+        """:meth:`_equal_pods` for PodGroups (the job stays, with the new object)."""
+        if not removed or not added:
+            return removed, added
+        by_key = {(g.meta.namespace, g.meta.name): g for g in removed}
+        fresh: list[PodGroup] = []
+        jobs = self.snapshot.jobs
+        for pg in added:
+            key = (pg.meta.namespace, pg.meta.name)
+            old = by_key.get(key)
+            job = jobs.get(f"{key[0]}/{key[1]}")
+            if old is None or old != pg or job is None or job.pod_group is not old:
+                fresh.append(pg)
+                continue
+            del by_key[key]
+            del self._pod_groups[id(old)]
+            self._pod_groups[id(pg)] = pg
+            job.pod_group = pg
+        return list(by_key.values()), fresh
+
     def _apply(self, parsed: ParsedObjects) -> bool:
-        removed_pods, added_pods = _diff(self._pods, parsed.pods)
-        removed_groups, added_groups = _diff(self._pod_groups, parsed.pod_groups)
+        removed_pods, added_pods = self._equal_pods(*_diff(self._pods, parsed.pods))
+        removed_groups, added_groups = self._equal_groups(*_diff(self._pod_groups, parsed.pod_groups))
         if not (removed_pods or added_pods or removed_groups or added_groups):
             return True
         order = self._order
@@ -270,10 +319,9 @@ def _task_order(t: TaskInfo) -> tuple[datetime, str]:
     return t.creation, t.uid
 
 
-def _static_ids(parsed: ParsedObjects) -> tuple[tuple[int, ...], ...]:
-    """The identities of the objects an update never applies (a change of one needs a full build)."""
-    return (tuple(map(id, parsed.queues)), tuple(map(id, parsed.priority_classes)),
-            tuple(map(id, parsed.topologies)))
+def _static(parsed: ParsedObjects) -> tuple[list[KubeObject], ...]:
+    """The objects an update never applies (a change of one needs a full build)."""
+    return list(parsed.nodes), list(parsed.queues), list(parsed.priority_classes), list(parsed.topologies)
 
 
 def _simple_pod(pod: Pod, builder: SnapshotBuilder) -> bool:
