@@ -14,6 +14,8 @@ cluster are scheduled exactly alike (binds, pipelined pods, evictions, every sta
 * the job queue's leaves kept as a sorted run plus a heap of later pushes (the plain version: one heap);
 * binpack asked for its first node directly when every other node scorer is neutral for the task
   (``Session.ranked_node``; the plain version: every scorer on every candidate, the first maximum of the sum);
+* tasks alike placed from one fit and one ranking per task shape (``actions.batched``; the plain version: each task
+  fitted and scored on its own, ``one_at_a_time()``);
 * an eviction action where no job passes the quick checks returns before ordering the jobs
   (``EvictingAction.nothing_to_do``; the plain version: every job popped and skipped);
 * the eviction actions' per-commit state shared by the three actions (``Session.eviction_state``), and the
@@ -37,6 +39,7 @@ import pytest
 from hypothesis import example, given
 
 from kaisched.actions import evicting, placement
+from kaisched.actions.batched import BATCHING, one_at_a_time
 from kaisched.actions.evicting import EvictingAction, PreemptAction
 from kaisched.actions.job_queue import Entry, JobsQueue
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
@@ -152,7 +155,7 @@ def plain_paths() -> Iterator[None]:
             mock.patch.object(PodGroupInfo, "may_be_victim", _plain_victim), \
             mock.patch.object(PreemptAction, "may_have_victims", _plain_may_have_victims), \
             mock.patch.object(EvictingAction, "nothing_to_do", lambda self, ssn, candidates: False), \
-            mock.patch.object(Session, "ranked_node", _never_ranked):
+            mock.patch.object(Session, "ranked_node", _never_ranked), one_at_a_time():
         yield
 
 
@@ -166,7 +169,9 @@ def test_the_plain_paths_are_really_swapped_in() -> None:
         assert NodeTable.new_devices is _plain_new_devices
         assert placement.recheck_failure is _never_recheck
         assert Session.ranked_node is _never_ranked
+        assert not BATCHING.enabled
     assert placement.fit_error_histogram is not _plain_histogram
+    assert BATCHING.enabled
 
 
 # Found by ``make fuzz`` (seed 424345207585006814): reclaim pipelines g7 (q1) onto g2-1's place, and preempt then looks
