@@ -193,8 +193,7 @@ class FragmentationPlugin(Plugin):
     # ---- the nodes' states -----------------------------------------------------------------------------------
     def _refresh(self, nodes: npt.NDArray[np.int64]) -> None:
         table: NodeTable = self.nodes
-        self.cpu[nodes] = table.idle[CPU].take(nodes)
-        self.memory[nodes] = table.idle[MEMORY].take(nodes)
+        idle = table.idle
         capacity = table.gpu_capacity
         shared = table.shared
         for j in nodes.tolist():
@@ -211,6 +210,15 @@ class FragmentationPlugin(Plugin):
                 k += 1
             row[k:min(k + whole, cap)] = 1.0
             self.free[j] = row
+        if len(nodes) == 1:  # (most refreshes: the node of the last placement)
+            j = int(nodes[0])
+            self.cpu[j], self.memory[j] = idle[CPU, j], idle[MEMORY, j]
+            at = slice(j, j + 1)
+            self.frag[j] = fragmentation(self.cpu[at], self.memory[at], self.free[at], self.workload)[0]
+            self.node_version[j] += 1
+            return
+        self.cpu[nodes] = idle[CPU].take(nodes)
+        self.memory[nodes] = idle[MEMORY].take(nodes)
         self.frag[nodes] = fragmentation(self.cpu[nodes], self.memory[nodes], self.free[nodes], self.workload)
         self.node_version[nodes] += 1
 
@@ -289,7 +297,8 @@ class FragmentationPlugin(Plugin):
         as a share of the largest node's (0..1): best fit by the dominant resource, as in DRF's dominant share."""
         out: FloatArray = np.maximum(cpu / self.max_cpu, memory / self.max_mem)
         np.maximum(out, np.maximum(free, 0.0).sum(axis=1) / self.max_gpus, out=out)
-        np.clip(out, 0.0, 1.0, out=out)  # (a share below 0 of one resource: the others' decide)
+        np.maximum(out, 0.0, out=out)  # (a share below 0 of one resource: the others' decide)
+        np.minimum(out, 1.0, out=out)
         return out
 
     def _best_devices(self, cpu: FloatArray, memory: FloatArray, free: FloatArray, portion: float, count: int
