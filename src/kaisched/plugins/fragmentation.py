@@ -186,7 +186,9 @@ class FragmentationPlugin(Plugin):
         self._chosen: FloatArray = np.zeros(0)
         self._refresh(np.arange(n))
         self.version = ssn.nodes.version
-        ssn.add_node_scorer(self.score, neutral=self.neutral)
+        # the ranker: when every other scorer is neutral for a task, placement asks for the best node directly
+        # (the same node: the first maximum of the same scores) instead of scoring with all of them
+        ssn.add_node_scorer(self.score, neutral=self.neutral, ranker=self.first_ranked)
         if self.devices:
             ssn.gpu_device_scorer = self.device_score
 
@@ -235,8 +237,19 @@ class FragmentationPlugin(Plugin):
     def neutral(task: TaskInfo) -> bool:
         return False
 
+    def first_ranked(self, task: TaskInfo, fit: BoolArray) -> int | None:
+        """The node of ``fit`` with the best score, the first (smallest index) of equal ones; -1: none fits."""
+        idx = np.flatnonzero(fit)
+        if len(idx) == 0:
+            return -1
+        scores = self.scores(task, idx)
+        return int(idx[int(np.argmax(scores))])
+
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
-        idx = cands.indices
+        return self.scores(task, cands.indices)
+
+    def scores(self, task: TaskInfo, idx: npt.NDArray[np.int64]) -> Vector:
+        """The task's score on each node of ``idx``."""
         if len(idx) == 0:
             return np.zeros(0)
         self._sync()
