@@ -69,6 +69,12 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     (r"^helm (install|uninstall) ", "needs a Kubernetes cluster (tests/unit/test_deploy.py renders the chart)"),
     (r"^kubectl (?!apply -f|delete -f)", "needs a Kubernetes cluster with kaisched running in it"),
     (r"^curl ", "asks the metrics port of a kaisched running in a cluster"),
+    (r"^\.venv/bin/python -m benchmarks\.simulator --part openb-experiment$", "the OpenB experiment: ten seeds of "
+     "about 9,000 pods on 1,213 nodes per placement (about 10 minutes); tests/sim/test_openb.py checks the harness"),
+    (r"^make compiled && PYTHONPATH=build/compiled ", "compiles the core, then a 5,000-node benchmark (minutes); "
+     "make test runs the benchmark's --smoke"),
+    (r"^\.venv/bin/python -m benchmarks\.kube_scale --nodes ", "starts a kube-apiserver and binds thousands of pods "
+     "(minutes; exit 1 when a target is missed); make test runs its --smoke"),
     (r"^kaisched (explain|get|schedule) .*--kubeconfig ~/\.kube/config", "reads a live cluster; "
      "tests/kube/test_explain_docs_contract.py runs these on a real kube-apiserver holding examples/explain.yaml "
      "and checks the output shown"),

@@ -84,7 +84,9 @@ def make_writer(client: KubeClient, failures: list[Failure]) -> Iterator[Any]:
 def test_a_429_with_retry_after_halves_the_limit_once_and_holds_requests_back_then_successes_recover(
         server: FakeApiServer, make_writer: Any, failures: list[Failure]) -> None:
     uids = seed_pods(server, 24)
-    writer: ClusterWriter = make_writer(workers=8, max_workers=16)
+    # (latency never lowers this limit: a loaded test machine's slow answers must not hide what the 429s do)
+    steady = AdaptiveLimit(8, maximum=16, latency_target=3600.0, tolerance=1e6)
+    writer: ClusterWriter = make_writer(workers=8, max_workers=16, limiter=steady)
     assert writer.limiter.limit == 8
     server.fail_next("POST", r"/pods/p[0-9]+/binding$", 429, times=3, retry_after=1)
     assert writer.submit([bind(f"p{i}", uids[f"p{i}"]) for i in range(8)]) == 8

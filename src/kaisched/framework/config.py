@@ -68,14 +68,14 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = (
 )
 
 
-def _parse_duration(value: object, name: str) -> timedelta:
-    duration = _parse_any_duration(value, name)
+def _parse_nonnegative_duration(value: object, name: str) -> timedelta:
+    duration = _parse_duration(value, name)
     if duration < timedelta(0):
         raise ConfigError(f"params.{name}: expected a duration of 0 or more, got {value!r}")
     return duration
 
 
-def _parse_any_duration(value: object, name: str) -> timedelta:
+def _parse_duration(value: object, name: str) -> timedelta:  # (a negative grace period: KAI never evicts)
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
@@ -158,7 +158,7 @@ class SchedulerParams:
             "update-pod-eviction-condition": ("update_pod_eviction_condition", _parse_bool),
             "restrict-node-scheduling": ("restrict_node_scheduling", _parse_bool),
             "max-evicted-gpus-ratio": ("max_evicted_gpus_ratio", _parse_ratio),
-            "victim-memory": ("victim_memory", _parse_duration),
+            "victim-memory": ("victim_memory", _parse_nonnegative_duration),
         }
         updates: dict[str, Any] = {}
         strings = {"scheduler-name": "scheduler_name",

@@ -280,6 +280,7 @@ class KubeScheduler:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        self.state = IncrementalState()  # (the kept model holds the whole cluster: not kept past the scheduler)
 
     def wait_synced(self, timeout: float) -> bool:
         """Wait until the required kinds are listed (False on timeout or when asked to stop meanwhile)."""
