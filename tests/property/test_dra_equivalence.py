@@ -130,3 +130,35 @@ def test_the_rewrite_keeps_every_gpu(data: st.DataObject) -> None:
     before = sum(int(float(o["status"]["allocatable"].get(GPU, 0))) for o in objects if o["kind"] == "Node")
     after = sum(len(o["spec"]["devices"]) for o in as_dra(objects) if o["kind"] == "ResourceSlice")
     assert before == after
+
+
+def test_a_pipelined_claim_moves_onto_a_device_released_after_it_was_placed() -> None:
+    """Seed 7162062597203622142 of the fuzz run: reclaim pipelines gang g7, one pod on n3 while n3's other GPU is
+    free (the row: releasing -1, idle untouched); evicting g2-1 there afterwards starts n3's other device
+    releasing. The pipelined claim must move onto it, or n3 has no idle device while its row has an idle GPU and
+    preempt places g6's two pods on n0 and n3 in the other order."""
+    from tests.unit.builders import flatten, node, pod, pod_group, queue
+
+    def group(name: str, ns: str, q: str, pods: list[str | None], priority: str = "train", min_member: int = 0,
+              second: int = 0) -> list[dict[str, Any]]:
+        created = f"2025-01-01T11:00:0{second}Z"
+        return [pod_group(name, ns, q, min_member or len(pods), priority, created=created),
+                *[pod(f"{name}-{i}", ns, name, 1, node=where, created=created) for i, where in enumerate(pods)]]
+
+    objects = flatten(
+        [node(f"n{i}", 2) for i in range(4)],
+        queue("d0", gpu=0, priority=100), queue("d1", priority=100),
+        queue("q0", "d0", gpu=0, gpu_weight=0, priority=100), queue("q1", "d1", gpu=2, priority=100),
+        group("g0", "ns0", "q0", ["n0"], second=0), group("g1", "ns1", "q0", ["n0", "n1", "n1"], second=1),
+        group("g2", "ns0", "q0", ["n2", "n3"], second=2), group("g3", "ns0", "q0", [None], second=3),
+        [pod_group("g4", "ns0", "q0", 1, "train", created="2025-01-01T11:00:04Z"),
+         pod("g4-0", "ns0", "g4", 2, created="2025-01-01T11:00:04Z")],
+        group("g5", "ns0", "q0", [None], second=5),
+        group("g6", "ns0", "q0", [None, None], "build-preemptible", second=6),
+        group("g7", "ns1", "q1", [None, None, None], second=7), group("g8", "ns0", "q0", [None], second=8))
+    config = {"actions": "reclaim, preempt"}
+    plain = kaisched.schedule(objects, config=config, now=NOW).to_dict()
+    dra = kaisched.schedule(as_dra(objects), config=config, now=NOW).to_dict()
+    assert sorted((p["pod"], p["node"]) for p in plain["pipelined"] if p["pod"].startswith("ns0/g6")) == [
+        ("ns0/g6-0", "n3"), ("ns0/g6-1", "n0")]
+    assert _decisions(dra) == _decisions(plain)

@@ -265,3 +265,31 @@ def test_embedded_cluster_clears_a_nomination_the_cycle_does_not_renew():
     assert not result.binds and nominations(result) == {"default/nom-0": ""}  # n1 is full: not placed
     store.apply(result, NOW)
     assert store.pods["default/nom-0"].nominated_node_name == ""
+
+
+def test_a_victim_put_back_does_not_hand_its_preemptor_a_claim_it_outranks():
+    # n1: 1 GPU idle, claimed by nom-0 (of a gang that cannot start yet); v-0 outranks nom-0 (its queue, a higher
+    # priority). Consolidation could evict v-0, pipeline p-0 (another queue) into its place and put v-0 back on
+    # the claimed GPU: p-0 would hold the claimed GPU with no pod evicted. A victim respects every claim.
+    nom = [pod_group("nom", "default", "q2", 2, "train", created="2025-01-01T11:00:00Z"),
+           pod("nom-0", "default", "nom", 1, created="2025-01-01T11:00:00Z"),
+           pod("nom-1", "default", "nom", 1, created="2025-01-01T11:00:00Z")]
+    nom[1]["status"]["nominatedNodeName"] = "n1"
+    objs = flatten(
+        node("n1", 4), node("n2", 4), queue("q"), queue("q2"), full("r", "n2"),
+        [pod_group("v", "default", "q2", 1, "build-preemptible"), pod("v-0", "default", "v", 2, node="n1")],
+        [pod_group("w", "default", "q", 1, "inference"), pod("w-0", "default", "w", 1, node="n1")],
+        pending("p", gpus=1, priority_class="train"), nom)
+    ssn, claims = session_with(*objs)
+    v, n1 = task(ssn, "default/v-0"), ssn.nodes.by_name["n1"]
+    assert claims.may_take(v, task(ssn, "default/nom-0"))  # it outranks the nominee, as a pending pod would
+    stmt = Statement(ssn)
+    stmt.evict(v, action="consolidation", preemptor="default/p", message="")
+    stmt.pipeline(task(ssn, "default/p-0"), n1)
+    codes = claims.predicate(v)
+    assert codes is not None and int(codes[n1]) == ssn.reason_code(CLAIMED)  # but not as a victim put back
+    stmt.discard()
+    result = kaisched.schedule(objs, now=NOW)
+    assert pipelined(result) == {} and binds(result) == {} and not result.evictions
+    n1_end = next(n for n in result.nodes if n.name == "n1")
+    assert (n1_end.idle, n1_end.releasing) == (1.0, 0.0)

@@ -55,8 +55,8 @@ class DraState:
     """Which claim holds each device (``owner``; -1: free), which devices are releasing, and which a pipelined
     pod's claim took on top of a releasing holder (``piped``)."""
 
-    __slots__ = ("_alloc_kind", "_index", "_requests", "_rows", "_sets", "allocated", "claims", "devices",
-                 "holders", "nodes", "owner", "piped", "releasing")
+    __slots__ = ("_alloc_kind", "_by_node", "_index", "_keys", "_requests", "_rows", "_sets", "allocated", "claims",
+                 "devices", "holders", "nodes", "owner", "piped", "releasing")
 
     def __init__(self, devices: DraDevices, claims: Mapping[str, ClaimInfo]) -> None:
         self.devices = devices
@@ -64,6 +64,8 @@ class DraState:
         self._sets: dict[int, _DeviceSet] = {}  # by id of a request's device array
         self.claims = dict(claims)
         self._index = {key: i for i, key in enumerate(self.claims)}
+        self._keys: list[str] = list(self._index)  # index -> claim key (extended when successors are added)
+        self._by_node: dict[int, IntArray] = {}  # node -> its local devices, in order
         d = devices.count
         self.owner: IntArray = np.full(d, -1, dtype=np.int64)
         self.piped: IntArray = np.full(d, -1, dtype=np.int64)
@@ -124,10 +126,91 @@ class DraState:
         releasing = bool(holders) and all(s is TaskStatus.RELEASING for s in holders.values())
         c = self._index[key]
         before = self._availability(devs)
+        flipped: list[int] = []
         for d in devs:
-            if self.owner[d] == c:
+            if self.owner[d] == c and bool(self.releasing[d]) != releasing:
                 self.releasing[d] = releasing
+                flipped.append(d)
         self._recount(devs, before)
+        for d in flipped:
+            if releasing:
+                self._pipe_onto(d)
+            elif self.piped[d] >= 0:
+                self._pipe_off(d)
+
+    # ---- pipelined claims follow the releasing devices --------------------------------------------------
+    # A pipelined pod takes what is being released on its node (the node's GPU row: its releasing less the
+    # pipelined pods', idle untouched), whatever the order of the placement and the eviction. A pipelined claim
+    # placed on a free device before a device of its node starts releasing moves onto that device (its free
+    # device is idle again), and back onto a free device when the release is undone, so the devices say what
+    # the row says: a pod placed next fits on idle devices exactly where it fits on idle GPUs.
+    def _pipe_onto(self, d: int) -> None:
+        """Device ``d`` is now releasing: the first pipelined claim of its node that holds a free device of the
+        same choice (in device order) takes ``d`` instead."""
+        if self.piped[d] >= 0:
+            return
+        for f in self._node_devices(int(self.devices.node_of[d])).tolist():
+            p = int(self.owner[f])
+            if p < 0 or f == d or bool(self.releasing[f]) or self.piped[f] >= 0:
+                continue
+            key = self._key_of(p)
+            if self._alloc_kind.get(key) in ("session", "pipe") and self._floating(key) and \
+                    self._interchangeable(key, f, d):
+                self._swap(key, p, f, d, onto_releasing=True)
+                return
+
+    def _pipe_off(self, d: int) -> None:
+        """Device ``d`` is no longer releasing: the pipelined claim on it goes back to the first free device of
+        its node of the same choice (it stays when there is none: the node is over-committed, as its row is)."""
+        p = int(self.piped[d])
+        key = self._key_of(p)
+        for f in self._node_devices(int(self.devices.node_of[d])).tolist():
+            if self.owner[f] < 0 and self._interchangeable(key, d, f):
+                self._swap(key, p, d, f, onto_releasing=False)
+                return
+
+    def _swap(self, key: str, c: int, old: int, new: int, *, onto_releasing: bool) -> None:
+        pair = (old, new)
+        before = self._availability(pair)
+        if onto_releasing:
+            self.owner[old] = -1
+            self.piped[new] = c
+        else:
+            self.piped[old] = -1
+            self.owner[new] = c
+        devs = self.allocated[key]
+        self.allocated[key] = tuple(new if x == old else x for x in devs)
+        self._alloc_kind[key] = "pipe" if any(self.piped[x] == c for x in self.allocated[key]) else "session"
+        self._recount(pair, before)
+
+    def _floating(self, key: str) -> bool:
+        """Every pod holding the claim is pipelined."""
+        holders = self.holders.get(key, {})
+        return bool(holders) and all(s is TaskStatus.PIPELINED for s in holders.values())
+
+    def _interchangeable(self, key: str, held: int, other: int) -> bool:
+        """A plain claim (one request of a device count, not shared, no attribute constraint) whose choice that
+        selects ``held`` selects ``other`` too."""
+        info = self.claims[key]
+        if info.shared or info.match_attributes or len(info.requests) != 1:
+            return False
+        for choice in info.requests[0].choices:
+            if choice.count > 0 and len(choice.devices):
+                member = self._set(choice.devices).member
+                if member[held]:
+                    return bool(member[other])
+        return False
+
+    def _node_devices(self, node: int) -> IntArray:
+        cached = self._by_node.get(node)
+        if cached is None:
+            cached = self._by_node[node] = np.flatnonzero(self.devices.node_of == node)
+        return cached
+
+    def _key_of(self, c: int) -> str:
+        if len(self._keys) != len(self._index):
+            self._keys = list(self._index)
+        return self._keys[c]
 
     def join(self, task: TaskInfo, node: int, sign: int) -> tuple[float, float]:
         """Account the claims of ``task`` (status already set) as placed on (+1) or taken off (-1) ``node``.

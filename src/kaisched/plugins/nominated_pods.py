@@ -14,7 +14,9 @@ kaisched carries the placement over on the pod, in ``status.nominatedNodeName``:
 * **The claim.** In the next cycle, while the nominated pod is pending (still unplaced in the session), the
   resources it asks are taken on its node for every other pod, except the pods that outrank it: pods of jobs of its
   own queue with a strictly higher priority (ordered before it: job order is priority first) that could preempt it
-  once it runs (spec 4.12: its job preemptible, and not protected then by its queue's preempt min-runtime). This is
+  once it runs (spec 4.12: its job preemptible, and not protected then by its queue's preempt min-runtime); a pod
+  that was running at the start of the cycle (a victim an eviction scenario puts back or moves) outranks no claim,
+  or a consolidation could evict it, pipeline its preemptor into its place and put it back on the claimed room. This is
   kube-scheduler's rule (nominated pods count for pods of an equal or lower priority) with KAI's reading of
   priority, which ranks jobs within a queue only: across queues the right to take resources is the fair share's
   (reclaim), so a pod of another queue, whatever its priority and however allocate orders its queue, respects the
@@ -180,13 +182,21 @@ class NominationClaims:
         self._settle()
         return nominee.uid in self.outrankable and outranks(task, nominee)
 
+    @staticmethod
+    def may_outrank(task: TaskInfo) -> bool:
+        """A pod pending at the start of the cycle. A pod that was running then is placed only as a victim put back
+        or moved by an eviction scenario, and it respects every claim: the room it would take from an outranked
+        nominee is the room its preemptor took from it (a consolidation that evicts it, pipelines the preemptor into
+        its place and puts it back on the claimed room hands the claim to the preemptor)."""
+        return task.initial_status is TaskStatus.PENDING
+
     def fit_class(self, task: TaskInfo) -> object:
         """What tells apart tasks of one shape for the predicate: the nominee itself (its own claim is free to it),
         and how many claims of its queue it outranks (those of lower priority: a prefix of the queue's by priority)."""
         self._settle()
         own = task.uid if task.uid in self.nominees else ""
         job = task.job
-        if job is None:
+        if job is None or not self.may_outrank(task):
             return (own, "", 0)
         priorities = self._priorities.get(job.queue)
         outranked = bisect.bisect_left(priorities, job.priority) if priorities else 0
@@ -203,7 +213,8 @@ class NominationClaims:
         for node, nominees in self.by_node:
             reserved: Vector | None = None
             for nominee in nominees:
-                if nominee is task or nominee.status is not TaskStatus.PENDING or self.may_take(task, nominee):
+                if nominee is task or nominee.status is not TaskStatus.PENDING or (
+                        self.may_outrank(task) and self.may_take(task, nominee)):
                     continue
                 reserved = nominee.req if reserved is None else reserved + nominee.req
             if reserved is not None and self._kept_out(task, node, reserved):
