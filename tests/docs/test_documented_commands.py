@@ -75,6 +75,8 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
      "make test runs the benchmark's --smoke"),
     (r"^\.venv/bin/python -m benchmarks\.kube_scale --nodes ", "starts a kube-apiserver and binds thousands of pods "
      "(minutes; exit 1 when a target is missed); make test runs its --smoke"),
+    (r"^kaisched explain .*--scheduler ", "asks a running kaisched run; tests/kube/test_explain_contract.py asks "
+     "one on a real kube-apiserver, tests/unit/test_explain_remote.py checks the answer against the cycle's"),
     (r"^kaisched (explain|get|schedule) .*--kubeconfig ~/\.kube/config", "reads a live cluster; "
      "tests/kube/test_explain_docs_contract.py runs these on a real kube-apiserver holding examples/explain.yaml "
      "and checks the output shown"),

@@ -376,5 +376,14 @@ def test_kaisched_run_serves_the_dashboard_on_its_port(cluster: Cluster) -> None
     assert response is not None and response.status_code == 200
     exp = response.json()
     assert (exp["code"], exp["gang"], exp["queue"]) == ("below-min-member", {"placed": 2, "required": 4}, q["a"])
+    # `kaisched explain --scheduler`: the running scheduler's own explanation, no cycle of the client's
+    asked = CliRunner().invoke(cli, ["explain", "gang", "-n", cluster.ns, "--scheduler", f"http://127.0.0.1:{port}",
+                                     "-o", "json"])
+    assert asked.exit_code == 0, asked.output
+    told = json.loads(asked.output)
+    assert (told["code"], told["gang"], told["queue"]) == ("below-min-member", {"placed": 2, "required": 4}, q["a"])
+    assert told["cycle"].endswith("Z")
+    text = CliRunner().invoke(cli, ["explain", "gang-0", "-n", cluster.ns, "--scheduler", f"http://127.0.0.1:{port}"])
+    assert text.exit_code == 0 and "(below-min-member)" in text.output, text.output
     assert _get(port, "/metrics") is not None  # (the same port as the metrics)
     assert sched.running

@@ -200,7 +200,7 @@ def attach(scheduler: KubeScheduler, *, rebuild_every: float = 10.0, watched_wit
     from kaisched.model.snapshot import SnapshotOptions, build_snapshot
     from kaisched.web import Dashboard, handle
 
-    dashboard = Dashboard(source="kaisched run")
+    dashboard = Dashboard(source="kaisched run", max_view_age=rebuild_every)
     params = scheduler.config.params
     options = SnapshotOptions(full_hierarchy_fairness=params.full_hierarchy_fairness,
                               scheduler_name=params.scheduler_name,
@@ -208,7 +208,7 @@ def attach(scheduler: KubeScheduler, *, rebuild_every: float = 10.0, watched_wit
 
     def on_cycle(prepared: ParsedObjects, result: CycleResult, now: datetime) -> None:
         try:
-            dashboard.history.record(result, now)
+            dashboard.cycle(result, now)
             if dashboard.data_stale(rebuild_every) and (dashboard.watched(watched_within)
                                                         or not dashboard.has_view()):
                 jobs = dict(build_snapshot(prepared, now, options).jobs)

@@ -81,6 +81,35 @@ class Explanation:
                 "nodes": self.nodes, "gpuNodes": self.gpu_nodes, "largestFreeBlock": free, "gang": self.gang,
                 "victims": self.victims, "advice": self.advice}
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Explanation:
+        """The explanation :meth:`to_dict` made (a running scheduler's answer); ExplainError naming the first field
+        that is missing or of the wrong type."""
+        if not isinstance(data, dict):
+            raise ExplainError(f"an explanation must be a JSON object, got {type(data).__name__}")
+
+        def field_of(name: str, kinds: tuple[type, ...], default: Any = ...) -> Any:
+            if name not in data or data[name] is None:
+                if default is ...:
+                    raise ExplainError(f"the explanation has no field {name!r}")
+                return default
+            value = data[name]
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ExplainError(f"the explanation's field {name!r} is a {type(value).__name__}")
+            return value
+
+        free = field_of("largestFreeBlock", (dict,), None)
+        largest = None if free is None else (float(free.get("gpus", 0.0)), str(free.get("node", "")))
+        return cls(job=field_of("job", (str,)), queue=field_of("queue", (str,)), status=field_of("status", (str,)),
+                   reason=field_of("reason", (str,), None), message=field_of("message", (str,), None),
+                   gpus_per_pod=[float(g) for g in field_of("gpusPerPod", (list,), [])],
+                   queue_share=field_of("queueShare", (dict,), {}), position=int(field_of("position", (int,), 0)),
+                   ahead=[str(a) for a in field_of("ahead", (list,), [])], largest_free=largest,
+                   tier=field_of("tier", (str,), ""), code=field_of("code", (str,), None),
+                   nodes=field_of("nodes", (dict,), None), gpu_nodes=list(field_of("gpuNodes", (list,), [])),
+                   gang=field_of("gang", (dict,), None), victims=[str(v) for v in field_of("victims", (list,), [])],
+                   advice=[str(a) for a in field_of("advice", (list,), [])])
+
 
 def find_job(jobs: dict[str, PodGroupInfo], name: str, namespace: str) -> str:
     """The key of PodGroup ``name`` in ``namespace``, or of the job of pod ``name`` there; ExplainError otherwise."""

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
-from kaisched.web.model import Dashboard, NotFound
+from kaisched.web.model import Dashboard, NotFound, NotReady
 
 #: (status, content type, body)
 Response = tuple[int, str, bytes]
@@ -66,6 +66,8 @@ def handle(dashboard: Dashboard, target: str) -> Response | None:
             return 200, JSON, json.dumps(dashboard.explain(job)).encode()
         except NotFound as exc:
             return _error(404, str(exc))
+        except NotReady as exc:
+            return _error(503, str(exc))
     return _error(404, f"no such dashboard endpoint {path!r} (try /api/dashboard or /api/explain?job=NS/NAME)")
 
 

@@ -30,6 +30,10 @@ class NotFound(Exception):
     """A job the dashboard does not know (a sentence naming it)."""
 
 
+class NotReady(Exception):
+    """No view of a recent cycle yet: one is built after the next cycle (a sentence saying so)."""
+
+
 def _rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -92,6 +96,7 @@ class View:
     jobs: dict[str, Any]
     result: CycleResult
     pod_keys: dict[str, str]  # pod key -> its job's key
+    at: datetime  # the time of the cycle
 
 
 def build_document(jobs: dict[str, Any], result: CycleResult, now: datetime, history: History,
@@ -124,10 +129,14 @@ def build_document(jobs: dict[str, Any], result: CycleResult, now: datetime, his
 
 class Dashboard:
     """The dashboard's state: the latest cycle's view and the history (thread-safe). ``update`` is called once
-    per cycle; ``data`` and ``explain`` answer requests."""
+    per cycle (``cycle`` alone for a cycle whose view is not built); ``data`` and ``explain`` answer requests.
+
+    ``max_view_age`` (seconds; None: any age): an explanation is never from a view built that long before a newer
+    cycle ran (``kaisched run`` builds views only while watched: an explain request is a look, and the next cycle
+    builds one); until then ``explain`` raises NotReady."""
 
     def __init__(self, history: History | None = None, source: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_view_age: float | None = None) -> None:
         self.history = history or History()
         self.source = source
         self._lock = threading.Lock()
@@ -135,6 +144,13 @@ class Dashboard:
         self._clock = clock
         self._requested = -1e18  # clock time of the latest request (kube mode builds views only while watched)
         self._built = -1e18
+        self._cycled = -1e18  # clock time of the latest cycle
+        self.max_view_age = max_view_age
+
+    def cycle(self, result: CycleResult, now: datetime) -> None:
+        """A new cycle whose view is not built (yet): its decisions into the history."""
+        self.history.record(result, now)
+        self._cycled = self._clock()
 
     def update(self, jobs: dict[str, Any], result: CycleResult, now: datetime, *, record: bool = True) -> None:
         """A new cycle: its decisions into the history, its view built."""
@@ -142,10 +158,10 @@ class Dashboard:
             self.history.record(result, now)
         doc, indexed = build_document(jobs, result, now, self.history, self.source)
         pod_keys = {t.key: key for key, job in jobs.items() for t in job.tasks}
-        view = View(json.dumps(doc, separators=(",", ":")).encode(), jobs, indexed, pod_keys)
+        view = View(json.dumps(doc, separators=(",", ":")).encode(), jobs, indexed, pod_keys, now)
         with self._lock:
             self._view = view
-            self._built = self._clock()
+            self._built = self._cycled = self._clock()
 
     def watched(self, within: float) -> bool:
         """Someone asked for the data within the last ``within`` seconds."""
@@ -171,11 +187,15 @@ class Dashboard:
         with self._lock:
             view = self._view
         if view is None:
-            raise NotFound("no scheduling cycle has run yet")
+            raise NotReady("no scheduling cycle has been viewed yet; one is after the next cycle")
+        built = self._built
+        if self.max_view_age is not None and self._cycled > built and self._clock() - built > self.max_view_age:
+            raise NotReady(f"the latest view is {self._clock() - built:.0f} s old and newer cycles ran; "
+                           "one is built after the next cycle")
         key = job if job in view.jobs else view.pod_keys.get(job)
         if key is None:
             raise NotFound(f"no job or pod {job!r} in the latest cycle")
-        return explain_key(key, view.jobs, view.result).to_dict()
+        return {**explain_key(key, view.jobs, view.result).to_dict(), "cycle": _rfc3339(view.at)}
 
 
 def explain_key(key: str, jobs: dict[str, Any], result: CycleResult) -> explain.Explanation:
