@@ -41,6 +41,22 @@ def test_the_measure_counts_what_the_workload_cannot_use() -> None:
     assert frag.tolist() == pytest.approx([0.3, 1.2])
 
 
+def test_a_states_measure_does_not_depend_on_the_states_figured_with_it() -> None:
+    # the plugin figures a node's state alone, with other nodes' or with candidate states of the same node, and
+    # keeps what it figured: one state, one number (a matrix product's blocking would change the last bits)
+    rng = np.random.default_rng(7)
+    shapes = 23
+    w = Workload(rng.uniform(0, 8000, shapes), rng.uniform(0, 1e11, shapes), rng.integers(1, 3, shapes).astype(float),
+                 rng.uniform(0.05, 1.0, shapes), rng.dirichlet(np.ones(shapes)))
+    free = np.where(rng.random((64, 8)) < 0.1, -1.0, rng.random((64, 8)))
+    cpu, memory = rng.uniform(0, 16000, 64), rng.uniform(0, 2e11, 64)
+    together = fragmentation(cpu, memory, free, w)
+    for i in range(64):
+        alone = fragmentation(cpu[i:i + 1], memory[i:i + 1], free[i:i + 1], w)
+        assert alone[0] == together[i]  # exactly
+        assert fragmentation(cpu[i:i + 5], memory[i:i + 5], free[i:i + 5], w)[0] == together[i]
+
+
 def _binds(objs: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, str]:
     return {b.pod: b.node for b in kaisched.schedule(objs, config=config, now=NOW).binds}
 

@@ -115,7 +115,9 @@ def fragmentation(cpu: FloatArray, memory: FloatArray, free: FloatArray, workloa
         & (fits.sum(axis=2) >= workload.devices_row)
     small = np.where(fits, 0.0, room[:, None, :]).sum(axis=2)  # (nodes, shapes): room on devices too small
     lost = np.where(host, small, total[:, None])
-    out: FloatArray = lost @ workload.weight
+    # (a sum along each state's row, not a matrix product: BLAS's blocking makes a row's value depend on the other
+    # rows of the batch, and a node state's fragmentation is one number wherever and with whatever it is figured)
+    out: FloatArray = (lost * workload.weight).sum(axis=1)
     return out
 
 
@@ -175,12 +177,14 @@ class FragmentationPlugin(Plugin):
         self.memory: FloatArray = np.zeros(n)
         self.free: FloatArray = np.full((n, width), -1.0)
         self.frag: FloatArray = np.zeros(n)
+        self.unfigured: set[int] = set()  # nodes refreshed whose fragmentation is not figured yet (lazily: _measure)
+        self._carried: list[int] = []
         self.max_cpu = max(float(np.max(ssn.nodes.allocatable[CPU], initial=0.0)), 1.0)
         self.max_gpus = float(width)
         self.max_mem = max(float(np.max(ssn.nodes.allocatable[MEMORY], initial=0.0)), 1.0)
         self.node_version: npt.NDArray[np.int64] = np.zeros(n, dtype=np.int64)  # bumped by each refresh of a node
-        # per task shape: the node version each node's gain was figured at, the gains and, for a share of one
-        # device, the free share of the device the measure chooses on each node (NaN: not figured)
+        # per task shape (_known): the node version each node's score was figured at, for a share of one device the
+        # free share of the device the measure chooses on each node (NaN: not figured), and the scores
         self._gains: dict[tuple[float, float, GpuKind, int, float],
                           tuple[npt.NDArray[np.int64], FloatArray, FloatArray]] = {}
         self._chosen: FloatArray = np.zeros(0)
@@ -215,14 +219,43 @@ class FragmentationPlugin(Plugin):
         if len(nodes) == 1:  # (most refreshes: the node of the last placement)
             j = int(nodes[0])
             self.cpu[j], self.memory[j] = idle[CPU, j], idle[MEMORY, j]
-            at = slice(j, j + 1)
-            self.frag[j] = fragmentation(self.cpu[at], self.memory[at], self.free[at], self.workload)[0]
+            self.unfigured.add(j)  # (figured with the next measure that needs it, in the same pass)
             self.node_version[j] += 1
             return
         self.cpu[nodes] = idle[CPU].take(nodes)
         self.memory[nodes] = idle[MEMORY].take(nodes)
         self.frag[nodes] = fragmentation(self.cpu[nodes], self.memory[nodes], self.free[nodes], self.workload)
+        self.unfigured.difference_update(nodes.tolist())
         self.node_version[nodes] += 1
+
+    def _carry(self, idx: npt.NDArray[np.int64]) -> None:
+        """The nodes of ``idx`` whose fragmentation is not figured yet go with the next :meth:`_measure`."""
+        if self.unfigured:
+            self._carried = [j for j in idx.tolist() if j in self.unfigured]
+
+    def _measure(self, cpu: FloatArray, memory: FloatArray, free: FloatArray) -> FloatArray:
+        """:func:`fragmentation` of the states given, in one pass with the current states of the carried nodes
+        (whose fragmentation it figures: a state's value does not depend on the others of its pass)."""
+        carried = self._carried
+        if not carried:
+            return fragmentation(cpu, memory, free, self.workload)
+        self._carried = []
+        at = np.asarray(carried, dtype=np.int64)
+        m = len(cpu)
+        both = fragmentation(np.concatenate([cpu, self.cpu.take(at)]), np.concatenate([memory, self.memory.take(at)]),
+                             np.concatenate([free, self.free.take(at, axis=0)]), self.workload)
+        self.frag[at] = both[m:]
+        self.unfigured.difference_update(carried)
+        return both[:m]
+
+    def _figured(self, idx: npt.NDArray[np.int64]) -> FloatArray:
+        """The fragmentation of the nodes of ``idx`` as they are (figuring those not figured yet)."""
+        if self.unfigured:
+            self._carry(idx)
+            if self._carried:
+                self._measure(np.zeros(0), np.zeros(0), np.zeros((0, self.width)))
+        out: FloatArray = self.frag.take(idx)
+        return out
 
     def _sync(self) -> None:
         table: NodeTable = self.nodes
@@ -238,39 +271,54 @@ class FragmentationPlugin(Plugin):
         return False
 
     def first_ranked(self, task: TaskInfo, fit: BoolArray) -> int | None:
-        """The node of ``fit`` with the best score, the first (smallest index) of equal ones; -1: none fits."""
-        idx = np.flatnonzero(fit)
-        if len(idx) == 0:
-            return -1
-        scores = self.scores(task, idx)
-        return int(idx[int(np.argmax(scores))])
+        """The node of ``fit`` with the best score, the first (smallest index) of equal ones; -1: none fits. (Over the
+        mask: the scores of the nodes that do not fit are not read, and only the changed nodes that fit are figured.)"""
+        self._sync()
+        _, (version, chosen, weighted) = self._known(task)
+        stale = np.flatnonzero(fit & (version != self.node_version))
+        if len(stale):
+            self._update(task, stale, version, chosen, weighted)
+        best = int(np.argmax(np.where(fit, weighted, -np.inf)))
+        return best if bool(fit[best]) else -1
 
     def score(self, task: TaskInfo, cands: NodeCandidates) -> Vector | None:
         return self.scores(task, cands.indices)
 
     def scores(self, task: TaskInfo, idx: npt.NDArray[np.int64]) -> Vector:
-        """The task's score on each node of ``idx``."""
+        """The task's score on each node of ``idx`` (figured again for the nodes of ``idx`` that changed since; a
+        node's score is a function of its state and the task's shape alone)."""
         if len(idx) == 0:
             return np.zeros(0)
         self._sync()
+        _, (version, chosen, weighted) = self._known(task)
+        stale = idx[version.take(idx) != self.node_version.take(idx)]
+        if len(stale):
+            self._update(task, stale, version, chosen, weighted)
+        out: Vector = weighted.take(idx)
+        return out
+
+    def _known(self, task: TaskInfo) -> tuple[tuple[float, float, GpuKind, int, float],
+                                              tuple[npt.NDArray[np.int64], FloatArray, FloatArray]]:
+        """The task's shape and its kept figures: per node the version they were figured at (-1: never), the free
+        share of the device the measure chose (a share of one device; NaN: not figured) and the score (the gain
+        times the weight)."""
         g = task.gpu
         key = (float(task.req[CPU]), float(task.req[MEMORY]), g.kind, g.count, g.portion)
         known = self._gains.get(key)
         if known is None:
             n = len(self.frag)
-            known = self._gains[key] = (np.full(n, -1, dtype=np.int64), np.zeros(n), np.full(n, np.nan))
-        version, gains, chosen = known
-        stale = idx[version.take(idx) != self.node_version.take(idx)]
-        if len(stale):
-            shared = g.kind is GpuKind.FRACTION
-            if shared:
-                self._chosen = np.full(len(stale), np.nan)
-            gains[stale] = self._gain(task, stale)
-            if shared:
-                chosen[stale] = self._chosen
-            version[stale] = self.node_version.take(stale)
-        out: Vector = gains.take(idx) * self.weight
-        return out
+            known = self._gains[key] = (np.full(n, -1, dtype=np.int64), np.full(n, np.nan), np.zeros(n))
+        return key, known
+
+    def _update(self, task: TaskInfo, stale: npt.NDArray[np.int64], version: npt.NDArray[np.int64],
+                chosen: FloatArray, weighted: FloatArray) -> None:
+        shared = task.gpu.kind is GpuKind.FRACTION
+        if shared:
+            self._chosen = np.full(len(stale), np.nan)
+        weighted[stale] = self._gain(task, stale) * self.weight
+        if shared:
+            chosen[stale] = self._chosen
+        version[stale] = self.node_version.take(stale)
 
     def _gain(self, task: TaskInfo, idx: npt.NDArray[np.int64]) -> FloatArray:
         """The fragmentation the task's placement removes on each node of ``idx`` (GPUs; mostly negative), on
@@ -278,6 +326,7 @@ class FragmentationPlugin(Plugin):
         cpu = self.cpu[idx] - float(task.req[CPU])
         memory = self.memory[idx] - float(task.req[MEMORY])
         free = self.free[idx].copy()
+        self._carry(idx)
         g = task.gpu
         after: FloatArray | None = None
         if g.kind is GpuKind.WHOLE and g.count > 0:
@@ -296,14 +345,28 @@ class FragmentationPlugin(Plugin):
                 free[rows[ok], dev[ok]] -= g.portion
                 used[rows[ok], dev[ok]] = True
         if after is None:
-            after = fragmentation(cpu, memory, free, self.workload)
-        gain: FloatArray = self.frag[idx] - after
+            after = self._measure(cpu, memory, free)
+        gain: FloatArray = self._figured(idx) - after
+        if self.resolution > 0 and len(idx) == 1:
+            return np.full(1, self._scaled(float(gain[0]), float(cpu[0]), float(memory[0]), free))
         if self.resolution > 0:
             step = self.resolution / 100.0
             gain = np.floor(100.0 / (1.0 + np.exp(-gain)) / self.resolution) * step
             if self.best_fit:  # within a step: the node whose dominant share left is least (best fit)
                 gain = gain + 0.9 * step * (1.0 - self._dominant_left(cpu, memory, free))
         return gain
+
+    def _scaled(self, gain: float, cpu: float, memory: float, free: FloatArray) -> float:
+        """The gain of one node on the scale of ``resolution`` with its best-fit part: the arithmetic of
+        :meth:`_gain`'s arrays in floats, the same operations in the same order (so the same numbers)."""
+        step = self.resolution / 100.0
+        scaled = math.floor(100.0 / (1.0 + float(np.exp(-np.float64(gain)))) / self.resolution) * step
+        if not self.best_fit:
+            return scaled
+        left = max(cpu / self.max_cpu, memory / self.max_mem)
+        left = max(left, float(np.maximum(free, 0.0).sum(axis=1)[0]) / self.max_gpus)
+        left = min(max(left, 0.0), 1.0)
+        return scaled + 0.9 * step * (1.0 - left)
 
     def _dominant_left(self, cpu: FloatArray, memory: FloatArray, free: FloatArray) -> FloatArray:
         """Per node state, the largest of what it has left of CPU, memory and GPU (free devices and shares), each
@@ -323,6 +386,8 @@ class FragmentationPlugin(Plugin):
         (gpupack's choice among them)."""
         free = np.sort(free, axis=1)
         m, w = free.shape
+        if m == 1 and count == 1:  # (most placements: the one node the last placement changed)
+            return self._best_device_of_one(cpu, memory, free, portion)
         rows = np.arange(m)
         used = np.zeros(free.shape, dtype=np.bool_)
         best: FloatArray = np.full(m, np.inf)
@@ -336,13 +401,16 @@ class FragmentationPlugin(Plugin):
                 break
             states = free[node]
             states[np.arange(len(node)), dev] -= portion
-            frag = fragmentation(cpu[node], memory[node], states, self.workload)
+            frag = self._measure(cpu[node], memory[node], states)
+            # (np.nonzero gives the candidates node by node, each node's devices in order)
+            nodes_with, starts = np.unique(node, return_index=True)
             best = np.full(m, np.inf)
-            np.minimum.at(best, node, frag)
+            best[nodes_with] = np.minimum.reduceat(frag, starts)
             # the first device (the fullest) within a micro-GPU of the node's minimum
             first = np.full(m, w, dtype=np.int64)
             hit = frag <= best[node] + 5e-7
-            np.minimum.at(first, node[hit], dev[hit])
+            hit_nodes, at = np.unique(node[hit], return_index=True)
+            first[hit_nodes] = dev[hit][at]
             has = first < w
             if k == 0:
                 first_free[has] = free[rows[has], first[has]]
@@ -350,8 +418,30 @@ class FragmentationPlugin(Plugin):
             used[rows[has], first[has]] = True
         none = ~np.isfinite(best)  # (no device could take it: the state as it is)
         if none.any():
-            best[none] = fragmentation(cpu[none], memory[none], free[none], self.workload)
+            best[none] = self._measure(cpu[none], memory[none], free[none])
         return best, free, first_free
+
+    def _best_device_of_one(self, cpu: FloatArray, memory: FloatArray, free: FloatArray, portion: float
+                            ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """:meth:`_best_devices` for one node (``free``: its devices, sorted) and a share of one device: the same
+        candidates (a device with room, not like the one before it), the same minimum and the same first device
+        within a micro-GPU of it, without the per-node scatter of the general case."""
+        row = free[0]
+        values = row.tolist()
+        able = [f + EPS >= portion for f in values]
+        cands = [d for d in range(len(values))
+                 if able[d] and not (d > 0 and able[d - 1] and abs(values[d] - values[d - 1]) < EPS)]
+        if not cands:
+            return self._measure(cpu, memory, free), free, np.full(1, np.nan)
+        k = len(cands)
+        states = np.repeat(free, k, axis=0)
+        states[np.arange(k), cands] -= portion
+        frag = self._measure(np.repeat(cpu, k), np.repeat(memory, k), states)
+        least = float(frag.min())
+        first = cands[int(np.argmax(frag <= least + 5e-7))]
+        first_free = np.full(1, values[first])
+        free[0, first] -= portion
+        return np.full(1, least), free, first_free
 
     def device_score(self, task: TaskInfo, node: int, frees: FloatArray) -> FloatArray:
         """Per candidate device of a share on ``node`` (its free share; 1.0 a whole free GPU): minus the node's
@@ -362,7 +452,7 @@ class FragmentationPlugin(Plugin):
         g = task.gpu
         known = self._gains.get((float(task.req[CPU]), float(task.req[MEMORY]), g.kind, g.count, g.portion))
         if known is not None and g.count == 1 and known[0][node] == self.node_version[node]:
-            best = float(known[2][node])  # (the device the node's score counted: figured already)
+            best = float(known[1][node])  # (the device the node's score counted: figured already)
             hit = np.abs(frees - best) < 1e-6
             if bool(hit.any()):
                 scored: FloatArray = np.where(hit, 0.0, -1e7)
@@ -380,7 +470,7 @@ class FragmentationPlugin(Plugin):
         cpu = np.full(n, float(self.cpu[node]) - float(task.req[CPU]))
         memory = np.full(n, float(self.memory[node]) - float(task.req[MEMORY]))
         frag = fragmentation(cpu, memory, states, self.workload)
-        frag = np.where(found, frag, float(self.frag[node]) + 1.0)
+        frag = np.where(found, frag, float(self._figured(np.array([node]))[0]) + 1.0)
         out: FloatArray = -10.0 * np.rint(frag * 1e6)
         return out
 
