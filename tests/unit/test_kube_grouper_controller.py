@@ -199,3 +199,27 @@ def test_a_pod_group_the_grouper_made_is_updated_when_its_workload_changed_but_k
         old["spec"]["minMember"] = 1
         assert not [op for op in PodGrouperController().plan(pods, [old], grouped(pytorch_job(), *pods, old), NOW,
                                                              now) if isinstance(op, PodGroupSpecPatch)]
+
+
+def test_the_plans_of_existing_pod_groups_come_with_the_one_grouping_pass():
+    """``group_pods(..., replanned=)`` gives, for each existing PodGroup pods are grouped into, exactly what a second
+    pass over the same pods with no PodGroup at all plans for it (what group_live ran before: twice the grouping)."""
+    from kaisched.podgrouper.grouper import group_pods
+
+    old = pod_group("ns/pg-tj-tj-uid", spec={"queue": "old-queue", "minMember": 2, "priorityClassName": "train"})
+    old["metadata"]["ownerReferences"] = [PYTORCH_OWNER]
+    solo_group = pod_group("ns/pg-solo-solo-uid", spec={"queue": "q", "minMember": 1})
+    pods = [*pytorch_pods(), pod("ns/solo", "solo-uid"), pod("ns/new", "new-uid")]
+    parsed = parse_objects([pytorch_job(workers=2), *pods, old, solo_group])
+    args: dict[str, Any] = {"scheduler_name": "kai-scheduler", "priority_classes": frozenset({"train"}),
+                            "defaults": {}, "now": NOW}
+    plans: dict[tuple[str, str], Any] = {}
+    one_pass = group_pods(parsed, **args, replanned=plans)
+    afresh = group_pods(ParsedObjects(pods=parsed.pods, workloads=parsed.workloads), **args)
+    existing = {(pg.meta.namespace, pg.meta.name) for pg in parsed.pod_groups}
+    expected = {(pg.meta.namespace, pg.meta.name): pg for pg in afresh.pod_groups
+                if (pg.meta.namespace, pg.meta.name) in existing}
+    assert set(plans) == existing and plans == expected
+    assert plans[("ns", "pg-tj-tj-uid")].min_member == 3  # the workload now: 1 master + 2 workers
+    assert one_pass.pod_groups[:2] == parsed.pod_groups and len(one_pass.pod_groups) == 3  # only "new" is added
+    assert group_pods(parsed, **args).pod_groups == one_pass.pod_groups  # the grouping itself is unchanged

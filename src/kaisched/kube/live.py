@@ -204,16 +204,12 @@ def group_live(parsed: ParsedObjects, owners: OwnerCache, cache: ParseCache, con
     defaults = kind_defaults(with_owners, params.default_priorities_configmap_name,
                              params.default_priorities_configmap_namespace, errors)
     priority_classes = frozenset({*C.BUILTIN_PRIORITY_CLASSES, *(pc.meta.name for pc in parsed.priority_classes)})
+    plans: dict[tuple[str, str], PodGroup] | None = {} if replanned is not None else None
     grouped = group_pods(replace(with_owners, errors=errors), scheduler_name=params.scheduler_name,
-                         priority_classes=priority_classes, defaults=defaults, now=now)
-    if replanned is not None and parsed.pod_groups:
-        made = {f"{pg.meta.namespace}/{pg.meta.name}" for pg in parsed.pod_groups}
-        afresh = group_pods(replace(with_owners, pod_groups=[], errors=[]), scheduler_name=params.scheduler_name,
-                            priority_classes=priority_classes, defaults=defaults, now=now)
-        for pg in afresh.pod_groups:
-            key = f"{pg.meta.namespace}/{pg.meta.name}"
-            if key in made:
-                replanned[key] = pg
+                         priority_classes=priority_classes, defaults=defaults, now=now, replanned=plans)
+    if replanned is not None and plans:  # (one pass: the plans of existing PodGroups come with the grouping)
+        for (namespace, name), pg in plans.items():
+            replanned[f"{namespace}/{name}"] = pg
     return replace(grouped, pods=[*settled, *grouped.pods], errors=[*grouped.errors, *found.errors])
 
 

@@ -102,8 +102,12 @@ def kind_defaults(parsed: ParsedObjects, name: str, namespace: str,
 
 
 def group_pods(parsed: ParsedObjects, *, scheduler_name: str, priority_classes: frozenset[str],
-               defaults: Mapping[str, KindDefault], now: datetime) -> ParsedObjects:
-    """The objects with every pod grouped: PodGroups added, pods annotated (never mutates ``parsed``)."""
+               defaults: Mapping[str, KindDefault], now: datetime,
+               replanned: dict[tuple[str, str], PodGroup] | None = None) -> ParsedObjects:
+    """The objects with every pod grouped: PodGroups added, pods annotated (never mutates ``parsed``).
+
+    ``replanned``, when given, receives (by namespace and name) the PodGroup the pod-grouper would make now for each
+    existing PodGroup that pods are grouped into: what it makes for a new one, from the first such pod."""
     index = _Index(parsed.workloads, parsed.pods)
     errors = list(parsed.errors)
     pods_by_owner: dict[tuple[str, str], list[Pod]] = {}
@@ -129,13 +133,19 @@ def group_pods(parsed: ParsedObjects, *, scheduler_name: str, priority_classes: 
             pods.append(_annotated(pod, f"{C.UNGROUPED_POD_GROUP_PREFIX}{meta.name}", ""))
             continue
         key = (plan.namespace, plan.name)
-        if key not in existing and key not in planned:
-            planned[key] = PodGroup(
-                meta=pod_group_meta(plan, meta.creation_timestamp or now), queue=plan.queue,
-                min_member=plan.min_member, priority_class_name=plan.priority_class_name,
-                preemptibility=plan.preemptibility, sub_groups=plan.sub_groups, topology_constraint=plan.topology)
+        if key not in existing:
+            if key not in planned:
+                planned[key] = _pod_group(plan, meta.creation_timestamp or now)
+        elif replanned is not None and key not in replanned:
+            replanned[key] = _pod_group(plan, meta.creation_timestamp or now)
         pods.append(_annotated(pod, plan.name, plan.subgroup))
     return replace(parsed, pods=pods, pod_groups=[*parsed.pod_groups, *planned.values()], errors=errors)
+
+
+def _pod_group(plan: PodGroupPlan, created: datetime) -> PodGroup:
+    return PodGroup(meta=pod_group_meta(plan, created), queue=plan.queue, min_member=plan.min_member,
+                    priority_class_name=plan.priority_class_name, preemptibility=plan.preemptibility,
+                    sub_groups=plan.sub_groups, topology_constraint=plan.topology)
 
 
 def plan_for(req: GroupRequest) -> PodGroupPlan | GrouperError:
