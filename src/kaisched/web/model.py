@@ -187,7 +187,7 @@ class Dashboard:
         with self._lock:
             view = self._view
         if view is None:
-            raise NotReady("no scheduling cycle has been viewed yet; one is after the next cycle")
+            raise NotReady("no view of a scheduling cycle yet; one is built after the next cycle")
         built = self._built
         if self.max_view_age is not None and self._cycled > built and self._clock() - built > self.max_view_age:
             raise NotReady(f"the latest view is {self._clock() - built:.0f} s old and newer cycles ran; "
