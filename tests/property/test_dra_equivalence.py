@@ -162,3 +162,38 @@ def test_a_pipelined_claim_moves_onto_a_device_released_after_it_was_placed() ->
     assert sorted((p["pod"], p["node"]) for p in plain["pipelined"] if p["pod"].startswith("ns0/g6")) == [
         ("ns0/g6-0", "n3"), ("ns0/g6-1", "n0")]
     assert _decisions(dra) == _decisions(plain)
+
+
+def test_the_move_onto_a_released_device_is_undone_with_the_release() -> None:
+    """One node of 2 GPUs: r-0 runs on gpu-0, p-0 is pipelined there first (onto the free gpu-1), then r-0 is
+    evicted: p-0's claim moves onto gpu-0 (releasing) and gpu-1 is idle again, as the GPU row says. Rolling the
+    eviction back puts the claim back on gpu-1; rolling the placement back frees it."""
+    from kaisched.framework.statement import Statement
+    from tests.unit.builders import flatten, node, open_session, pod, pod_group, queue
+
+    objects = as_dra(flatten(node("n1", 2), queue("q"),
+                             [pod_group("r", "default", "q", 1, "train"), pod("r-0", "default", "r", 1, node="n1")],
+                             [pod_group("p", "default", "q", 1, "train"), pod("p-0", "default", "p", 1)]))
+    ssn = open_session(*objects)
+    dra = ssn.nodes.dra
+    assert dra is not None
+    tasks = {t.key: t for t in ssn.snapshot.tasks.values()}
+    r, p = tasks["default/r-0"], tasks["default/p-0"]
+
+    def devices() -> dict[str, tuple[int, ...]]:
+        return {key.split("/")[1].split("-gpu")[0]: devs for key, devs in sorted(dra.allocated.items())}
+
+    def idle_devices() -> list[int]:
+        return [int(d) for d in dra.available(pipelined=False).nonzero()[0]]
+
+    stmt = Statement(ssn)
+    stmt.pipeline(p, 0)
+    assert devices() == {"p-0": (1,), "r-0": (0,)} and idle_devices() == []
+    placed = stmt.checkpoint()
+    stmt.evict(r, action="preempt", preemptor="default/p", message="")
+    assert devices() == {"p-0": (0,), "r-0": (0,)} and idle_devices() == [1]  # p-0 on the releasing device
+    assert int(dra.piped[0]) >= 0  # taken on top of its releasing holder
+    stmt.rollback(placed)
+    assert devices() == {"p-0": (1,), "r-0": (0,)} and idle_devices() == [] and int(dra.piped[0]) < 0
+    stmt.discard()
+    assert devices() == {"r-0": (0,)} and idle_devices() == [1]
