@@ -12,6 +12,9 @@ the parsed objects and the cycles. The growth is the least-squares slope of log(
 
     make compiled && PYTHONPATH=build/compiled .venv/bin/python -m benchmarks.bigger          # 1k ... 15k nodes
     .venv/bin/python -m benchmarks.bigger --nodes 200 --nodes 400                              # quick, interpreted
+
+``--search-stats`` also prints, per size, what the eviction actions' victim searches cost in the last cycle
+(``CycleResult.search_stats``: jobs searched, solved, scenarios simulated, refused before placing, seconds).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from benchmarks import allocate as alloc
 from benchmarks import scale
 
 SIZES: Final = (1000, 2000, 5000, 10000, 15000)
+#: the eviction actions whose victim searches ``--search-stats`` prints, and what of each
+SEARCH_ACTIONS: Final = ("consolidation", "reclaim", "preempt")
+SEARCH_FIELDS: Final = ("preemptors", "solved", "simulations", "refused_unplaced", "seconds")
 #: issue 28's targets at 15,000 nodes (compiled)
 TARGET_S: Final = 5.0
 TARGET_RSS_GIB: Final = 4.0
@@ -52,6 +58,7 @@ def worker(nodes: int, repeat: int) -> dict[str, float]:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     times: list[float] = []
     binds = 0
+    searches: dict[str, float] = {}
     for _ in range(repeat):
         gc.collect()
         t = time.perf_counter()
@@ -59,9 +66,11 @@ def worker(nodes: int, repeat: int) -> dict[str, float]:
             result = run_prepared_cycle(parsed, config, alloc.NOW)
         times.append(time.perf_counter() - t)
         binds = len(result.binds)
+        searches = {f"{action}.{name}": float(stats.to_dict()[name]) for action, stats in result.search_stats.items()
+                    for name in SEARCH_FIELDS}
     return {"nodes": nodes, "pods": len(parsed.pods), "cycle_s": statistics.median(times), "prepare_s": prepare_s,
             "rss_before_mib": rss_before, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "binds": binds, "compiled": float(compiled_core())}
+            "binds": binds, "compiled": float(compiled_core()), **searches}
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -75,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bigger", description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, action="append", help=f"sizes (default {', '.join(map(str, SIZES))})")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--search-stats", action="store_true",
+                        help="also print what each eviction action's victim searches cost in the last cycle")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -93,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{row['nodes']:>7,.0f} {row['pods']:>9,.0f} {row['prepare_s']:>10.1f} {row['cycle_s']:>8.2f} "
               f"{row['binds']:>7,.0f} {row['rss_before_mib']:>15,.0f} {row['peak_rss_mib']:>13,.0f}", flush=True)
+        if args.search_stats:
+            for action in SEARCH_ACTIONS:
+                if f"{action}.preemptors" in row:
+                    print(f"{'':>7} {action}: " + ", ".join(
+                        f"{row[f'{action}.{name}']:,.1f} {name}" if name == "seconds"
+                        else f"{row[f'{action}.{name}']:,.0f} {name}" for name in SEARCH_FIELDS), flush=True)
     core = "compiled" if rows and rows[0]["compiled"] else "interpreted"
     if len(rows) > 1:
         xs = [r["nodes"] for r in rows]
