@@ -28,6 +28,7 @@ from lightkube.core.exceptions import ConfigError
 
 from kaisched.k8s.loader import InputLimits, InputReadError, read_text_reasoned
 from kaisched.kube.api import JSON, Api, ApiError, Response
+from kaisched.kube.lean_http import LeanHttp, LeanTransportError
 
 __all__ = ["DEFAULT_KUBECONFIG", "KubeClient", "KubeConfigError", "status_reason"]
 
@@ -107,6 +108,8 @@ class KubeClient:
     def __init__(self, http: httpx2.Client, *, namespace: str = "default") -> None:
         self._http = http
         self._namespace = namespace
+        # plain requests over a persistent connection per thread where that sends what http would (lean_http.py)
+        self._lean = LeanHttp.of(http)
 
     # -- construction -------------------------------------------------------------------------------
 
@@ -258,6 +261,16 @@ class KubeClient:
         if body is not None:
             content = body if isinstance(body, bytes) else _encoder.encode(body)
             headers["Content-Type"] = content_type
+        if self._lean is not None:
+            try:
+                answer = self._lean.request(method, path, params=params, content=content,
+                                            content_type=content_type)
+            except LeanTransportError as exc:
+                raise ApiError(0, "Timeout" if exc.timeout else "ConnectionError", f"{what}: {exc}") from exc
+            if not 200 <= answer.status < 300:
+                raise _error_from(answer.status, answer.content, what,
+                                  retry_after_seconds(answer.headers.get("retry-after")))
+            return Response(answer.status, _decode_body(answer.content, answer.headers.get("content-type", ""), what))
         try:
             resp = self._http.request(method, path, params=dict(params) if params else None, content=content,
                                       headers=headers)
@@ -296,6 +309,8 @@ class KubeClient:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._lean is not None:
+            self._lean.close()
         self._http.close()
 
     def __enter__(self) -> KubeClient:
