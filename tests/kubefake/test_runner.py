@@ -3,6 +3,7 @@ conflicts, malformed objects, API-server restarts, and a restart of the schedule
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -341,3 +342,48 @@ def test_an_unchanged_cluster_is_not_scheduled_again(server: FakeApiServer, make
     cycle(sched)
     assert sched.memo.hits == hits + 3
     assert get_pod(server, "solo")["spec"].get("nodeName") == "node-0"
+
+
+def test_pods_that_arrive_between_cycles_get_their_pod_groups_before_the_next_cycle(
+        server: FakeApiServer, make_scheduler: Any) -> None:
+    """KAI's pod-grouper creates a pod's PodGroup as the pod arrives: kaisched run's passes between cycles do."""
+    base_cluster(server)
+    server.seed(pod("user-made", "team-a", 1, group="mine"))  # names a PodGroup of its own: never the grouper's
+    sched = make_scheduler()
+    assert sched.group_arrivals() == 0  # (no pod without a PodGroup)
+    server.seed(pod("early", "team-b", 1))
+    settle(sched, server)
+    assert sched.group_arrivals() == 1
+    assert sched.writer is not None and sched.writer.drain(10.0)
+    groups = server.list_objects("scheduling.run.ai/v2alpha2", "PodGroup", NS)
+    assert [g["metadata"]["name"][:9] for g in groups] == ["pg-early-"] and groups[0]["spec"]["queue"] == "team-b"
+    assert not get_pod(server, "early")["spec"].get("nodeName")  # grouped, not scheduled: that is the cycle's
+    settle(sched, server)
+    assert sched.group_arrivals() == 0  # taken once: a pending pod is not grouped again by every pass
+    server.seed(pod("late", "team-b", 1))
+    settle(sched, server)
+    assert sched.group_arrivals() == 1
+    assert sched.writer.drain(10.0)
+    cycle(sched)  # the cycle binds both, creating no PodGroup again, and annotates them with the bind
+    creations = server.count("POST", r"/podgroups$")
+    assert creations == 2 and get_pod(server, "early")["spec"].get("nodeName")
+    for name in ("early", "late"):
+        assert get_pod(server, name)["metadata"]["annotations"]["pod-group-name"].startswith(f"pg-{name}-")
+
+
+def test_the_passes_between_cycles_run_while_kaisched_run_waits(server: FakeApiServer, make_scheduler: Any) -> None:
+    base_cluster(server)
+    sched = make_scheduler(schedule_period=30.0, group_period=0.05)
+    runner = threading.Thread(target=sched.run, daemon=True)
+    runner.start()
+    try:
+        assert wait_until(lambda: sched.cycles == 1, timeout=10)
+        server.seed(pod("between", "team-a", 1))
+        # long before the next cycle (30 s away) its PodGroup exists
+        assert wait_until(lambda: len(server.list_objects("scheduling.run.ai/v2alpha2", "PodGroup", NS)) == 1,
+                          timeout=5)
+        assert sched.cycles == 1
+    finally:
+        sched.stop()
+        runner.join(10)
+    assert not runner.is_alive()

@@ -390,3 +390,40 @@ def test_a_failed_creation_stops_failing_binds_once_the_cache_shows_the_pod_grou
     writer.settle(lambda kind, key: cached.get(f"{kind}:{key}"))
     writer.submit([bind("p1", uids["p1"], group="pg-0")])
     assert writer.drain(10) and len(failures) == 3 and server.count("POST", r"/binding$") == 1
+
+
+def test_events_wait_while_binds_wait_for_their_pod_groups_but_are_never_starved(
+        server: FakeApiServer, make_writer: Any) -> None:
+    uids = seed_pods(server, 3)
+    events = [new_event(ObjectRef.pod(f"{NS}/p{i}", uids[f"p{i}"]), "Normal", "Note", f"m{i}", NOW, i)
+              for i in range(3)]
+    writer: ClusterWriter = make_writer(workers=4, event_hold=30.0)
+    gate = server.pause("POST", r"/podgroups$")
+    writer.submit([create_group("pg-0", "p0"), bind("p0", uids["p0"], group="pg-0")])
+    assert gate.wait_for(1, 5)
+    assert wait_until(lambda: writer.stats()["parked"] == 1)  # the bind waits for its PodGroup's creation
+    writer.submit(events)
+    # the bind waits for its PodGroup: one event may start (none started for event_hold), the others wait
+    assert wait_until(lambda: server.count("POST", r"/events$") == 1)
+    assert not wait_until(lambda: server.count("POST", r"/events$") > 1, timeout=0.5)
+    gate.release()
+    assert writer.drain(10)
+    assert server.count("POST", r"/events$") == 3 and server.count("POST", r"/binding$") == 1
+
+    # a creation that never ends does not starve the events: one starts every event_hold seconds
+    starved: ClusterWriter = make_writer(workers=4, event_hold=0.2)
+    gate = server.pause("POST", r"/podgroups$")
+    starved.submit([create_group("pg-1", "p1"), bind("p1", uids["p1"], group="pg-1")])
+    assert gate.wait_for(1, 5) and wait_until(lambda: starved.stats()["parked"] == 1)
+    before = server.count("POST", r"/events$")
+    starved.submit([new_event(ObjectRef.pod(f"{NS}/p2", uids["p2"]), "Normal", "Note", f"n{i}", NOW, i + 10)
+                    for i in range(3)])
+    assert wait_until(lambda: server.count("POST", r"/events$") == before + 3, timeout=5)
+    assert server.count("POST", r"/binding$") == 1  # (p1's bind still waits for its PodGroup)
+    gate.release()
+    assert starved.drain(10)
+
+
+def test_event_hold_must_not_be_negative(client: KubeClient) -> None:
+    with pytest.raises(ValueError, match="event_hold"):
+        ClusterWriter(client, event_hold=-1)

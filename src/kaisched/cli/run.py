@@ -120,6 +120,9 @@ def _shard_config(api: KubeClient, shard: str, fallback: SchedulerConfig) -> Sch
               help="Scheduler configuration in KAI's format (actions, tiers, params).")
 @click.option("--schedule-period", type=float, default=1.0, show_default=True,
               help="Seconds between scheduling cycles (KAI's schedule-period).")
+@click.option("--group-period", type=float, default=0.2, show_default=True,
+              help="Between cycles, create the PodGroups of pods that arrived this often (seconds), as KAI's "
+                   "pod-grouper does as pods arrive; 0: only the cycles group pods.")
 @click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
               help="Only the holder of a coordination.k8s.io Lease schedules (run several replicas).")
 @click.option("--lease-namespace", default=lambda: os.environ.get("POD_NAMESPACE", "kai-scheduler"),
@@ -146,7 +149,7 @@ def _shard_config(api: KubeClient, shard: str, fallback: SchedulerConfig) -> Sch
                    f"default 1Gi, or ${MAX_INPUT_BYTES_ENV}); more is refused (exit status 2).")
 @click.option("--max-cycles", type=int, default=None, hidden=True, help="Stop after N cycles (tests).")
 def run_command(kubeconfig: str | None, context: str | None, config_path: str | None,
-                schedule_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
+                schedule_period: float, group_period: float, leader_elect: bool, lease_namespace: str, lease_name: str,
                 lease_duration: float, renew_deadline: float, retry_period: float, listen_address: str,
                 shard: str, plugin_server_address: str, log_level: str, max_input_bytes: str | None,
                 max_cycles: int | None) -> None:
@@ -175,13 +178,16 @@ def run_command(kubeconfig: str | None, context: str | None, config_path: str | 
         raise click.BadParameter(str(exc), param_hint="--plugin-server-address") from None
     if schedule_period <= 0:
         raise click.BadParameter(f"must be > 0, got {schedule_period}", param_hint="--schedule-period")
+    if group_period < 0:
+        raise click.BadParameter(f"must be >= 0, got {group_period}", param_hint="--group-period")
     try:
         api = KubeClient.from_env(kubeconfig, context, limits=limits)
     except (KubeConfigError, OSError) as exc:
         raise click.UsageError(f"kubeconfig: {exc}") from None
     if config_path is None and shard:
         config = _shard_config(api, shard, config)
-    options = RunOptions(schedule_period=schedule_period, leader_elect=leader_elect, lease_namespace=lease_namespace,
+    options = RunOptions(schedule_period=schedule_period, group_period=group_period, leader_elect=leader_elect,
+                         lease_namespace=lease_namespace,
                          lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
                          retry_period=retry_period, listen_host=host, listen_port=port, max_cycles=max_cycles)
     try:

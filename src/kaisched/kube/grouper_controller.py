@@ -186,3 +186,45 @@ def _spec_update(current: Mapping[str, Any], pg: PodGroup, pod: ObjectRef) -> Po
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     ref = ObjectRef(C.POD_GROUP_API_VERSION, C.POD_GROUP_KIND, name, namespace, str(meta.get("uid", "")))
     return PodGroupSpecPatch(ref, diff, for_pod=pod)
+
+
+class Arrivals:
+    """The pods that arrived since the pod-grouper last saw them, for its passes between scheduling cycles.
+
+    KAI's pod-grouper is a controller of its own: it creates a pod's PodGroup as the pod arrives, not when the
+    scheduler's next cycle starts, so that the cycle binds pods whose PodGroups exist. ``kaisched run`` does the same
+    between its cycles (:meth:`kaisched.kube.runner.KubeScheduler.group_arrivals`); this remembers which pods
+    such a pass took (by uid), so that each pass groups only what arrived since (a pod that stays pending is not
+    grouped again by every pass: the cycles group it as before)."""
+
+    __slots__ = ("revision", "seen")
+
+    def __init__(self) -> None:
+        self.revision = -1  # the pod store's revision at the last pass
+        self.seen: set[str] = set()  # uids of the pods a pass took (pruned to the pods the store still has)
+
+    def take(self, revision: int, pods: Iterable[tuple[str, Mapping[str, Any]]],
+             scheduler_name: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """The pods of ``pods`` (``(key, decoded pod)``, the store at ``revision``) a pass should group: this
+        scheduler's, without ``pod-group-name``, not bound, not being deleted, not taken before. Empty when the
+        store has not changed since the last call."""
+        if revision == self.revision:
+            return []
+        self.revision = revision
+        present: set[str] = set()
+        out: list[tuple[str, Mapping[str, Any]]] = []
+        for key, pod in pods:
+            meta = _mapping(pod.get("metadata"))
+            uid = str(meta.get("uid", "") or "")
+            present.add(uid)
+            if uid in self.seen:
+                continue
+            spec = _mapping(pod.get("spec"))
+            if ((spec.get("schedulerName") or C.DEFAULT_SCHEDULER_NAME) != scheduler_name or spec.get("nodeName")
+                    or meta.get("deletionTimestamp")
+                    or _mapping(meta.get("annotations")).get(C.POD_GROUP_NAME_ANNOTATION)):
+                continue
+            self.seen.add(uid)
+            out.append((key, pod))
+        self.seen &= present
+        return out

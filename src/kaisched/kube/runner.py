@@ -53,7 +53,7 @@ from kaisched.k8s.objects import ObjectError, ParsedObjects, PodGroup
 from kaisched.kube.api import Api, ApiError
 from kaisched.kube.cache import OwnerCache, ParseCache, overlay
 from kaisched.kube.claims import discover_dra_version, held_devices, stale_reservations
-from kaisched.kube.grouper_controller import PodGrouperController
+from kaisched.kube.grouper_controller import Arrivals, PodGrouperController
 from kaisched.kube.health import Health, HealthServer
 from kaisched.kube.informer import Informer
 from kaisched.kube.leader import LeaderElector, default_identity
@@ -61,6 +61,7 @@ from kaisched.kube.live import group_live
 from kaisched.kube.logs import get_logger, log_cycle
 from kaisched.kube.metrics import CycleTimings, SchedulerMetrics, timed_cycle
 from kaisched.kube.operations import (
+    CreatePodGroup,
     EventMemory,
     ObjectRef,
     Operation,
@@ -97,6 +98,9 @@ CYCLE_LOOP = "scheduler"
 @dataclass(slots=True)
 class RunOptions:
     schedule_period: float = 1.0
+    # between cycles, the PodGroups of pods that arrived are created this often (seconds; 0: only by the cycles),
+    # as KAI's pod-grouper, a controller of its own, creates them as pods arrive (group_arrivals)
+    group_period: float = 0.2
     leader_elect: bool = False
     lease_namespace: str = "kai-scheduler"
     lease_name: str = "kai-scheduler"
@@ -175,6 +179,9 @@ class KubeScheduler:
         self.health = Health()
         self.planner = OperationPlanner()
         self.grouper = PodGrouperController(self.scheduler_name)
+        # the passes between cycles (group_arrivals): their own grouper, whose warnings the cycles report
+        self.arrivals = Arrivals()
+        self.arrival_grouper = PodGrouperController(self.scheduler_name)
         self.error_events = EventMemory()
         for memory in (self.planner.events, self.grouper.events, self.error_events):
             memory.on_filtered = self.metrics.event_filtered  # events over an object's rate, or combined
@@ -336,13 +343,54 @@ class KubeScheduler:
             if delay < 0:  # a cycle longer than the period: start the next one now, do not try to catch up
                 next_at = self._clock()
                 delay = 0.0
-            if self._stop.wait(delay):
+            if self._wait_grouping(delay):
                 break
         self.health.unregister_loop(CYCLE_LOOP)
         if self._lost.is_set():
             log.error("leadership lost: stopping (a standby replica takes over)")
             return 1
         return 0
+
+    def _wait_grouping(self, delay: float) -> bool:
+        """Wait ``delay`` seconds for the next cycle, grouping the pods that arrive meanwhile every
+        ``group_period`` (:meth:`group_arrivals`); True when stopped."""
+        period = self.options.group_period
+        deadline = self._clock() + delay
+        while True:
+            left = deadline - self._clock()
+            if left <= 0:
+                return self._stop.is_set()
+            if self._stop.wait(min(left, period) if period > 0 else left):
+                return True
+            if period > 0 and deadline - self._clock() > period / 2:  # (not just before the cycle: it groups them)
+                try:
+                    self.group_arrivals()
+                except Exception:  # a failed pass never stops scheduling: the next cycle groups the pods
+                    log.exception("grouping the pods that arrived failed")
+
+    def group_arrivals(self) -> int:
+        """Create the PodGroups of the pods that arrived since the last pass, now rather than in the next cycle, as
+        KAI's pod-grouper (a controller of its own) creates a pod's PodGroup as the pod arrives: the next cycle then
+        binds pods whose PodGroups exist or are on their way. Only the creations: the cycles still group every pod,
+        patch the pods and report what could not be grouped (:class:`~kaisched.kube.grouper_controller.Arrivals`
+        says which pods a pass takes). Returns the number of creations submitted."""
+        informer = self.informers.get(POD.kind)
+        if informer is None or informer.store.revision == self.arrivals.revision:
+            return 0
+        term = self._term()
+        if not self._holds(term):
+            return 0
+        revision = informer.store.revision
+        arrived = self.arrivals.take(revision, self._items(POD), self.scheduler_name)
+        if not arrived:
+            return 0
+        writer = self._writer_for(term)
+        now = self._now()
+        with no_cyclic_gc():
+            prepared = self._group(self._parse(arrived), now)
+            planned = self.arrival_grouper.plan([o for _, o in arrived], [o for _, o in self._items(PODGROUP)],
+                                                prepared, now)
+            return writer.submit(op for op in planned if isinstance(op, CreatePodGroup))
 
     def _new_writer(self, term: int | None = None) -> ClusterWriter:
         fence = partial(self.elector.holds, term) if self.elector is not None and term is not None else None

@@ -15,7 +15,8 @@ returns.
   conditions, nominations); while urgent lanes wait for a thread or for a creation, background lanes run one at a
   time, and while urgent lanes run, on at most a quarter of the limit.
 * **Events** are written as client-go's recorder writes them: asynchronously, by a few lanes at a time
-  (``event_workers``, 2; one while binds wait for their PodGroups), after everything else that is ready, from a
+  (``event_workers``, 2; while urgent operations wait for a thread or for a PodGroup's creation, none, but for one
+  every ``event_hold`` seconds, 1), after everything else that is ready, from a
   queue of at most ``max_queued_events`` (1,000; a later event is dropped and counted:
   ``events_filtered_total{reason="queue_full"}``). A burst of binds is neither queued behind its own
   ``Scheduled`` events nor slowed down by them at the server.
@@ -207,6 +208,7 @@ class ClusterWriter:
         latency_target: float = 1.0,
         limiter: AdaptiveLimit | None = None,
         event_workers: int = 2,
+        event_hold: float = 1.0,
         max_queued_events: int = 1000,
         max_attempts: int = 5,
         backoff_base: float = 0.5,
@@ -228,10 +230,14 @@ class ClusterWriter:
             raise ValueError(f"max_workers: must be at least workers ({workers}), got {ceiling}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be at least 1, got {max_attempts}")
+        if event_hold < 0:
+            raise ValueError(f"event_hold: must be >= 0 seconds, got {event_hold}")
         if event_workers < 1 or max_queued_events < 1:
             raise ValueError(f"event_workers, max_queued_events: must be at least 1, got {event_workers}, "
                              f"{max_queued_events}")
         self.event_workers = event_workers
+        self.event_hold = event_hold  # while urgent writes wait, at most one event starts per this many seconds
+        self._last_event_start = float("-inf")
         self.max_queued_events = max_queued_events
         self._events_queued = 0
         self.events_dropped = 0  # events not queued: max_queued_events were waiting
@@ -397,12 +403,19 @@ class ClusterWriter:
         # background lanes: one at a time while urgent ones wait (queued, or parked on a creation), a quarter of the
         # limit while urgent ones run, all of it otherwise; events: event_workers at a time, whatever else runs
         share = 1 if self._parked else max(1, limit // 4) if self._running[URGENT] else limit
-        caps = (limit, share, 1 if self._parked else self.event_workers)
+        # events: none while urgent writes wait (for a thread or a creation), but one per event_hold seconds so
+        # that they are never starved; event_workers at a time otherwise, whatever else runs
+        events = self.event_workers
+        if self._ready[EVENTS] and (self._parked or self._ready[URGENT]):
+            events = 1 if self._clock() - self._last_event_start >= self.event_hold else 0
+        caps = (limit, share, events)
         for priority, ready in enumerate(self._ready):
             while ready and (self._running[priority] < caps[priority] or stopping):
                 key = ready.popleft()
                 lane = self._lanes.get(key)
                 if lane is not None and lane.ready == priority and not lane.running:
+                    if priority == EVENTS:
+                        self._last_event_start = self._clock()
                     return key, priority
         return None
 
