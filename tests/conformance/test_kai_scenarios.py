@@ -33,19 +33,20 @@ if not _DIR.is_dir():
 SCENARIOS = load_scenarios(_DIR)
 
 
-def _params() -> list[object]:
+def _params(raises: type[BaseException] | None = None) -> list[object]:
+    """One param per scenario, skipped or expected to fail as listed (``raises``: the only exception an expected
+    failure may raise; any other fails the test)."""
     params: list[object] = []
     for s in SCENARIOS:
         marks: list[pytest.MarkDecorator] = []
         _, skip = plan(s, ACTIONS)
         if skip:
             marks.append(pytest.mark.skip(reason=skip))
-        elif s.id in EXPECTED_FAILURES:
-            marks.append(pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[s.id]))
-        elif s.id in INEXPRESSIBLE:
-            marks.append(pytest.mark.xfail(strict=True, reason=INEXPRESSIBLE[s.id]))
-        elif s.id in DELIBERATE_DIFFERENCES:
-            marks.append(pytest.mark.xfail(strict=True, reason=DELIBERATE_DIFFERENCES[s.id]))
+        else:
+            for listed in (EXPECTED_FAILURES, INEXPRESSIBLE, DELIBERATE_DIFFERENCES):
+                if s.id in listed:
+                    marks.append(pytest.mark.xfail(strict=True, reason=listed[s.id], raises=raises))
+                    break
         params.append(pytest.param(s, id=s.id, marks=marks))
     return params
 

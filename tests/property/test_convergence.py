@@ -1,7 +1,9 @@
 """Convergence of the eviction actions (issue 23): random clusters run for many cycles with the embedded
 cluster's transitions (a bind runs at once, an eviction deletes the pod and its controller recreates it
 Pending at once, nothing new arrives) reach a fixed point, no pod is evicted twice for the same preemptor
-over the run, and every cycle's account of its decisions holds (``CycleResult.decision_errors``). With the
+over the run, and every cycle's account of its decisions holds (``CycleResult.decision_errors``). Every cycle also
+runs on the incremental path (a snapshot model kept from cycle to cycle and updated with what changed, issue 28) and
+must decide exactly as the rebuilt one. With the
 eviction storm guard (``params.max-evicted-gpus-ratio``) every cycle evicts at most that many GPUs per GPU
 its preemptors are given.
 
@@ -21,6 +23,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from kaisched.cluster.incremental import IncrementalState
 from kaisched.cluster.schedule import prepare, resolve_config, run_prepared_cycle
 from kaisched.cluster.store import EmbeddedCluster
 from kaisched.framework.config import SchedulerConfig
@@ -45,6 +48,13 @@ from tests.unit.builders import NOW
 #: a few cycles), and quiet cycles that must follow the first one
 CYCLES = 16
 QUIET_AFTER = 2
+
+
+class IncrementalTally:
+    """Cycles run on the incremental path by this module's runs, and how many an update of the kept model answered."""
+
+    cycles = 0
+    updates = 0
 
 
 @dataclass
@@ -82,10 +92,18 @@ def run_cycles(cluster: Cluster, *, cycles: int = CYCLES, params: dict[str, Any]
     cfg: SchedulerConfig = resolve_config(raw)
     store = EmbeddedCluster(prepare(parse_objects(cluster.objects()), cfg, NOW))
     run = Run()
+    state = IncrementalState()  # the incremental path beside the rebuilds (issue 28): every cycle decides alike
     for i in range(cycles):
         now = NOW + timedelta(seconds=i)
         active = {key for key, p in store.pods.items() if p.node_name and p.phase not in ("Succeeded", "Failed")}
-        result = run_prepared_cycle(store.parsed(), cfg, now)
+        parsed = store.parsed()
+        result = run_prepared_cycle(parsed, cfg, now)
+        updates = state.updates
+        incremental = run_prepared_cycle(parsed, cfg, now, state=state)
+        IncrementalTally.cycles += 1
+        IncrementalTally.updates += state.updates - updates
+        assert incremental.to_dict() == result.to_dict(), (
+            f"cycle {i}: the incremental path decided otherwise\n{incremental.to_dict()}\n{result.to_dict()}")
         errors = result.decision_errors(active)
         assert not errors, f"cycle {i}: " + "; ".join(errors) + "\n" + run.history()
         run.results.append(result)
@@ -906,3 +924,12 @@ def test_a_nominee_protected_once_bound_keeps_its_claim_from_a_higher_priority_p
     assert sorted((p.pod, p.node) for p in run.results[0].pipelined) == sorted(
         (b.pod, b.node) for b in run.results[1].binds), run.history()
     assert ("ns1/g7-0", "n0") in [(b.pod, b.node) for b in run.results[1].binds]
+
+
+def test_the_incremental_path_was_updates_not_rebuilds() -> None:
+    """Not vacuous: the cycles this module ran on the incremental path were, mostly, updates of the kept model (a
+    full build answers only where an update may not: kaisched.model.kept's docstring)."""
+    if IncrementalTally.cycles < 100:
+        pytest.skip("judged over the whole module (run it, not a selection)")
+    tally = IncrementalTally
+    assert tally.updates >= 0.5 * tally.cycles, (tally.updates, tally.cycles)
