@@ -254,9 +254,13 @@ def test_the_pods_evicted_for_a_job_are_remembered_on_its_podgroup(cluster: Clus
     cluster.wait_bound(b_pods)
     for name in b_pods:
         kubelet.wait_running(cluster.ns, name)
-    cluster.kube.create(pod_groups_path(cluster.ns), pod_group(cluster.ns, "a", q["a"], 1))
+    # a-1 a second after a-0: a job's pods are tried in creation order, then by uid (random), and creation times
+    # have whole seconds, so created in the same second a-1 would come first half of the time and the job wait for
+    # it. Their PodGroup comes last, so that the scheduler sees both pods at once (a pod waits for its PodGroup).
     cluster.pod("a-0", q["a"], 2, group="a")
+    time.sleep(1.1)
     cluster.pod("a-1", q["a"], 8, group="a")  # never within a's share: a keeps waiting
+    cluster.kube.create(pod_groups_path(cluster.ns), pod_group(cluster.ns, "a", q["a"], 1))
     cluster.wait_bound(["a-0"])
     evicted = sorted(set(b_pods) - set(cluster.pods()))
     assert len(evicted) == 2, (evicted, cluster.describe())
