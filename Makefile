@@ -90,6 +90,7 @@ test: lint typecheck helm chromium unit unit-compiled kube-apiserver prometheus 
 	$(BIN)/python -m benchmarks.explain --smoke
 	$(BIN)/python -m benchmarks.incremental --smoke
 	$(BIN)/python -m benchmarks.kube_scale --smoke
+	$(BIN)/python -m benchmarks.kube_client --smoke
 	$(BIN)/pytest -q -rfEs -m kube
 	$(BIN)/pytest -q -rfEs -m operators
 
